@@ -1,0 +1,13 @@
+"""speccheck: check exact speculative sampling for diffusion models.
+
+Subpackages (data flows one way: theory <- verifiers <- sampler <- validation/figures):
+
+- :mod:`speccheck.theory`     closed forms, bounds, rank-weight LP, speed-up predictions (no torch)
+- :mod:`speccheck.verifiers`  scalar kernels (rmc, dgrs, rass), rank-1 projection, registry
+- :mod:`speccheck.sampler`    draft trees, Algorithm 1, NFE accounting, proposals
+- :mod:`speccheck.targets`    drift providers: Gaussian, Gaussian mixture, EDM, SD3
+- :mod:`speccheck.validation` statistical tests, the exactness battery, mutants
+- :mod:`speccheck.figures`    one function per figure
+"""
+
+__version__ = "0.1.0"

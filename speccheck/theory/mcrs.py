@@ -1,0 +1,506 @@
+"""MCRS: max-conditioned rank selection (issue 7), theory side (numpy/scipy only).
+
+Coordinates. u = Phi(s), y = 1 - u = Phibar(s) (kept separately: the target lives at y ~
+Phibar(delta), far below float resolution of 1 - u). Drafts u_1..u_K are i.i.d. U(0, 1);
+the target density in u is f(u) = rho(s) = exp(delta s - delta^2 / 2).
+
+Rule. m = max_k u_k; given m the other K - 1 drafts are i.i.d. U(0, m). A policy
+pi_r(m) (r = 1..K, sum_r pi_r(m) = 1) picks rank r (r = K: m itself; r < K: the r-th
+smallest draft). Given m, the r-th smallest is m * Beta(r, K - r), so the selected density is
+
+    g(x) = K x^(K-1) pi_K(x) + sum_{r<K} int_x^1 pi_r(m) K m^(K-2) beta_{r,K-r}(x/m) dm.
+
+The m-integrand simplifies: K m^(K-2) beta_{r,K-r}(x/m) = C_r x^(r-1) n (m - x)^(n-1) with
+n = K - r and C_r = K! / ((r-1)! (K-r)!) (the m powers cancel), so for pi_r constant on a
+cell [a, b] (b > x)
+
+    int_{max(a,x)}^b ... dm = pi_r C_r x^(r-1) [ (b - x)^n - (max(a, x) - x)^n ],
+
+a polynomial: on each policy cell j = [a_j, a_{j+1}) g is a polynomial of degree <= K - 1 in x.
+We store it as g(x) = sum_r C_r x^(r-1) Q_{r,j}(z), z = a_{j+1} - x >= 0, where
+Q_{r,j}(z) = pi_{r,j} z^n + n sum_{k<n} binom(n-1, k) z^k M_{r,j,n-1-k} and
+M_{r,j,p} = int_{a_{j+1}}^1 pi_r(m) (m - a_{j+1})^p dm >= 0: every coefficient is >= 0, so
+evaluation has no cancellation. A constant policy pi_r = omega_r gives RASS's p_omega.
+
+Optimal policy. P(accept) = int_0^1 min(f, g) du is concave and g is linear in pi, so on a
+quadrature in u it is a linear program in K*G policy variables and M hinge variables
+(max sum_i w_i h_i, h_i <= f(x_i), h_i <= g(x_i), sum_r pi_{r,j} = 1, pi >= 0).
+``acceptance_mcrs`` then evaluates the returned policy exactly (closed-form g, crossings of
+f and g located on each cell and refined, exact masses), not on the LP's quadrature.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, sparse, special
+
+from speccheck.theory._validate import check_delta, check_K
+from speccheck.theory.normal import normal_mass
+
+__all__ = [
+    "MCRSPolicy",
+    "mcrs_edges",
+    "mcrs_policy",
+    "mcrs_density",
+    "mcrs_log_density_s",
+    "acceptance_mcrs",
+    "acceptance_of_policy",
+    "uniform_policy",
+    "constant_policy",
+    "gap_closed_mcrs",
+    "mcrs_gap_table",
+]
+
+DEFAULT_G = 160  # policy cells
+_TOP_RANK_DELTA = 12.0  # beyond this delta the LP is skipped: pi_K = 1 (RASS top rank)
+
+
+def _rank_coeffs(K: int) -> np.ndarray:
+    """C_r = K! / ((r-1)! (K-r)!), r = 1..K (shape (K,))."""
+    r = np.arange(1, K + 1)
+    return np.exp(special.gammaln(K + 1) - special.gammaln(r) - special.gammaln(K - r + 1))
+
+
+def mcrs_edges(K: int, G: int = DEFAULT_G) -> tuple[np.ndarray, np.ndarray]:
+    """Policy cells a_0 = 0 < a_1 < ... < a_G = 1 of equal probability under the law of the max
+    (a_j = (j/G)^(1/K)), returned as (a, 1 - a), both accurate, shape (G + 1,)."""
+    K = check_K(K)
+    if int(G) < 1:
+        raise ValueError(f"G must be an integer >= 1, got G={G!r}")
+    G = int(G)
+    j = np.arange(G + 1, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        lg = np.log(j / G) / K
+    a = np.exp(lg)
+    abar = -np.expm1(lg)
+    a[0], abar[0] = 0.0, 1.0
+    a[-1], abar[-1] = 1.0, 0.0
+    return a, abar
+
+
+@dataclass(frozen=True, eq=False)
+class MCRSPolicy:
+    """A piecewise-constant MCRS policy.
+
+    K: drafts; a, abar: cell edges in m and 1 - m, shape (G + 1,); pi: shape (G, K),
+    pi[j, r - 1] = P(select rank r | m in cell j), rows on the simplex. delta: the delta it
+    was designed for (nan if none); lp_acceptance: the LP's quadrature objective (nan if none).
+    coef: shape (G, K, K), coef[j, r - 1, k] = coefficient of z^k in Q_{r,j} (module docstring).
+    """
+
+    K: int
+    a: np.ndarray
+    abar: np.ndarray
+    pi: np.ndarray
+    delta: float = float("nan")
+    lp_acceptance: float = float("nan")
+    coef: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        G = self.pi.shape[0]
+        if self.pi.shape != (G, self.K) or self.a.shape != (G + 1,) or self.abar.shape != (G + 1,):
+            raise ValueError(
+                f"policy shapes inconsistent: pi {self.pi.shape}, a {self.a.shape}, K={self.K}"
+            )
+        if np.any(~np.isfinite(self.pi)) or np.any(self.pi < 0) or np.any(
+            np.abs(self.pi.sum(axis=1) - 1.0) > 1e-9
+        ):
+            raise ValueError("policy pi must have rows on the probability simplex")
+        object.__setattr__(self, "coef", _policy_coefficients(self.K, self.a, self.abar, self.pi))
+
+    @property
+    def G(self) -> int:
+        return self.pi.shape[0]
+
+
+def _policy_coefficients(K: int, a: np.ndarray, abar: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """coef[j, r-1, k] of Q_{r,j}(z) = sum_k coef z^k (see module docstring), shape (G, K, K)."""
+    G = pi.shape[0]
+    coef = np.zeros((G, K, K))
+    # w[j, c, e] = [(a_{c+1} - a_{j+1})_+^e - (a_c - a_{j+1})_+^e] / e  for e = 1..K-1
+    # (differences of edges taken in the accurate coordinate: 1 - a near the top).
+    top = a[1:]  # a_{j+1}
+    hi = np.maximum(top[None, :] - top[:, None], 0.0)  # a_{c+1} - a_{j+1}
+    lo = np.maximum(a[None, :-1] - top[:, None], 0.0)  # a_c - a_{j+1}
+    # accurate differences near 1: a_{c+1} - a_{j+1} = abar_{j+1} - abar_{c+1}
+    hi = np.where(top[:, None] > 0.5, np.maximum(abar[1:][:, None] - abar[None, 1:], 0.0), hi)
+    lo = np.where(top[:, None] > 0.5, np.maximum(abar[1:][:, None] - abar[None, :-1], 0.0), lo)
+    for r in range(1, K):
+        n = K - r
+        pr = pi[:, r - 1]
+        coef[:, r - 1, n] = pr
+        for k in range(n):
+            p = n - 1 - k  # moment order
+            mom = ((hi ** (p + 1) - lo ** (p + 1)) / (p + 1)) @ pr  # M_{r,j,p}, shape (G,)
+            coef[:, r - 1, k] = n * math.comb(n - 1, k) * mom
+    coef[:, K - 1, 0] = pi[:, K - 1]
+    return coef
+
+
+def _cell_index(u: np.ndarray, y: np.ndarray, a: np.ndarray, abar: np.ndarray) -> np.ndarray:
+    """Cell j with a_j <= x < a_{j+1}, looked up in u below 1/2 and in y = 1 - u above."""
+    G = a.shape[0] - 1
+    j_lo = np.searchsorted(a, u, side="right") - 1
+    # abar is decreasing; a_j <= x  <=>  abar_j >= y
+    j_hi = G - np.searchsorted(abar[::-1], y, side="left")
+    j = np.where(u < 0.5, j_lo, j_hi)
+    return np.clip(j, 0, G - 1)
+
+
+def mcrs_density(u, y, policy: MCRSPolicy) -> np.ndarray:
+    """Selected-draft density g_pi at x = u (y = 1 - u given accurately), broadcast shape."""
+    u, y = np.broadcast_arrays(np.asarray(u, np.float64), np.asarray(y, np.float64))
+    K = policy.K
+    j = _cell_index(u, y, policy.a, policy.abar)
+    z = np.maximum(y - policy.abar[j + 1], 0.0)  # a_{j+1} - x
+    powz = z[..., None] ** np.arange(K)  # (..., K)
+    Q = np.einsum("...rk,...k->...r", policy.coef[j], powz)  # (..., K)
+    C = _rank_coeffs(K)
+    with np.errstate(divide="ignore"):
+        xr = np.where(np.arange(K) == 0, 1.0, u[..., None] ** np.arange(K))
+    return np.maximum(np.einsum("...r,r->...", Q * xr, C), 0.0)
+
+
+def mcrs_log_density_s(s, delta: float, policy: MCRSPolicy) -> np.ndarray:
+    """log of the selected density in s: log phi(s) + log g(Phi(s)); also returns log rho(s).
+
+    Returns (log_p, log_q) where log_q = log phi(s - delta)."""
+    s = np.asarray(s, np.float64)
+    u, y = special.ndtr(s), special.ndtr(-s)
+    with np.errstate(divide="ignore"):
+        lg = np.log(mcrs_density(u, y, policy))
+    lphi = -0.5 * s * s - 0.5 * np.log(2 * np.pi)
+    return lphi + lg, lphi + delta * s - 0.5 * delta * delta
+
+
+def uniform_policy(K: int, G: int = DEFAULT_G) -> MCRSPolicy:
+    """pi_r = 1/K: the selected draft is uniform (g = 1), RASS with uniform omega."""
+    return constant_policy(np.full(check_K(K), 1.0 / K), G)
+
+
+def constant_policy(omega, G: int = DEFAULT_G) -> MCRSPolicy:
+    """pi_r(m) = omega_r for every m: RASS with weights omega (p_omega)."""
+    w = np.asarray(omega, np.float64)
+    K = w.shape[0]
+    a, abar = mcrs_edges(K, G)
+    return MCRSPolicy(K, a, abar, np.tile(w / w.sum(), (a.shape[0] - 1, 1)))
+
+
+# ----------------------------------------------------------------------------- quadrature
+_GL_T, _GL_W = np.polynomial.legendre.leggauss(6)
+_GL_T = 0.5 * (_GL_T + 1.0)
+_GL_W = 0.5 * _GL_W
+
+
+def _breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
+    """Sorted (u, y) break points: the cell edges, target quantiles and u = 1/2."""
+    z = special.ndtri((np.arange(n_target) + 0.5) / n_target)
+    z = np.concatenate([z, np.linspace(-9, 9, 19)])
+    s_t = delta + z
+    # the max's quantiles are already the cell edges; add the target's
+    u = np.concatenate([a, special.ndtr(s_t), [0.5]])
+    y = np.concatenate([abar, special.ndtr(-s_t), [0.5]])
+    key = np.where(u < 0.5, u, 1.0 - y)
+    order = np.lexsort((-y, key))
+    u, y, key = u[order], y[order], key[order]
+    keep = np.ones(u.shape, bool)
+    keep[1:] = (np.diff(u) > 0) | (np.diff(-y) > 0)
+    return u[keep], y[keep]
+
+
+def _quadrature(bu: np.ndarray, by: np.ndarray):
+    """Gauss-Legendre nodes (u, y) and weights du on each interval between break points."""
+    ulo, uhi, ylo, yhi = bu[:-1], bu[1:], by[:-1], by[1:]
+    lower = uhi <= 0.5
+    t = _GL_T[None, :]
+    u_l = ulo[:, None] + (uhi - ulo)[:, None] * t
+    y_u = ylo[:, None] + (yhi - ylo)[:, None] * t  # y decreasing along the interval
+    u = np.where(lower[:, None], u_l, 1.0 - y_u)
+    y = np.where(lower[:, None], 1.0 - u_l, y_u)
+    width = np.where(lower, uhi - ulo, ylo - yhi)
+    w = width[:, None] * _GL_W[None, :]
+    keep = width > 0
+    return u[keep].ravel(), y[keep].ravel(), w[keep].ravel()
+
+
+def _log_f(u: np.ndarray, y: np.ndarray, delta: float) -> np.ndarray:
+    s = np.where(u < 0.5, special.ndtri(u), -special.ndtri(y))
+    return delta * s - 0.5 * delta * delta
+
+
+def _design_matrix(u, y, K, a, abar):
+    """A[i, j*K + r - 1] = d g(x_i) / d pi_{r,j} (dense), shape (M, G*K)."""
+    G = a.shape[0] - 1
+    C = _rank_coeffs(K)
+    j = _cell_index(u, y, a, abar)
+    # b_c - x and a_c - x, accurately: = y - abar_{c+1}, y - abar_c
+    hi = np.maximum(y[:, None] - abar[None, 1:], 0.0)
+    lo = np.maximum(y[:, None] - abar[None, :-1], 0.0)
+    A = np.zeros((u.shape[0], G, K))
+    for r in range(1, K):
+        n = K - r
+        A[:, :, r - 1] = C[r - 1] * u[:, None] ** (r - 1) * (hi**n - lo**n)
+    A[np.arange(u.shape[0]), j, K - 1] = K * u ** (K - 1)
+    return A.reshape(u.shape[0], G * K)
+
+
+def _lp_problem(delta: float, K: int, G: int, n_target: int):
+    """The policy LP in a sparse form: besides pi (G*K) and the hinges h (M) it carries the
+    moments M_{r,j,p} as variables, tied by the exact recursion
+    M_{r,j,p} = pi_{r,j+1} D^(p+1)/(p+1) + sum_{q<=p} binom(p,q) D^(p-q) M_{r,j+1,q},
+    D = a_{j+2} - a_{j+1}; each g(x_i) row then has O(K^2) nonzeros instead of O(G K).
+    The moment variables are scaled, V_{r,j,p} = M_{r,j,p} / L_j^(p+1) with L_j = 1 - a_{j+1},
+    so that every coefficient lies in [0, O(C_r)]."""
+    a, abar = mcrs_edges(K, G)
+    bu, by = _breakpoints(delta, a, abar, n_target)
+    u, y, w = _quadrature(bu, by)
+    f = np.exp(_log_f(u, y, delta))
+    n_nodes = u.shape[0]
+    C = _rank_coeffs(K)
+    P = K * (K - 1) // 2  # moments per cell
+    off = np.concatenate([[0], np.cumsum(K - np.arange(1, K))])  # off[r-1] for rank r
+    n_pi = G * K
+    n_mom = (G - 1) * P
+    n_var = n_pi + n_mom + n_nodes
+
+    def pi_idx(j, r):
+        return j * K + (r - 1)
+
+    def mom_idx(j, r, p):
+        return n_pi + j * P + off[r - 1] + p
+
+    # equalities: simplex rows, then the moment recursion
+    rows, cols, vals = [], [], []
+    G_rows = np.arange(G)
+    for r in range(1, K + 1):
+        rows.append(G_rows), cols.append(pi_idx(G_rows, r)), vals.append(np.ones(G))
+    eq_row = G
+    if G > 1:
+        jj = np.arange(G - 1)
+        D = np.where(a[jj + 1] > 0.5, abar[jj + 1] - abar[jj + 2], a[jj + 2] - a[jj + 1])
+        L = abar[jj + 1]
+        t_ = D / L  # D / L_j
+        s_ = abar[jj + 2] / L  # L_{j+1} / L_j
+        for r in range(1, K):
+            for p in range(K - r):
+                rid = eq_row + jj
+                eq_row += G - 1
+                rows.append(rid), cols.append(mom_idx(jj, r, p)), vals.append(np.ones(G - 1))
+                rows.append(rid), cols.append(pi_idx(jj + 1, r)), vals.append(-(t_ ** (p + 1)) / (p + 1))
+                nxt = jj + 1 < G - 1
+                for q in range(p + 1):
+                    rows.append(rid[nxt]), cols.append(mom_idx(jj[nxt] + 1, r, q))
+                    vals.append(-math.comb(p, q) * t_[nxt] ** (p - q) * s_[nxt] ** (q + 1))
+    A_eq = sparse.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(eq_row, n_var)
+    )
+    b_eq = np.concatenate([np.ones(G), np.zeros(eq_row - G)])
+    # inequalities: h_i - g(x_i) <= 0
+    j = _cell_index(u, y, a, abar)
+    z = np.maximum(y - abar[j + 1], 0.0)
+    ii = np.arange(n_nodes)
+    rows, cols, vals = [ii], [n_pi + n_mom + ii], [np.ones(n_nodes)]
+    for r in range(1, K + 1):
+        n = K - r
+        base = C[r - 1] * u ** (r - 1)
+        rows.append(ii), cols.append(pi_idx(j, r)), vals.append(-base * z**n)
+        has_up = j < G - 1
+        for k in range(n):
+            rows.append(ii[has_up]), cols.append(mom_idx(j[has_up], r, n - 1 - k))
+            Lj = abar[np.minimum(j + 1, G)]
+            vals.append(-(base * n * math.comb(n - 1, k) * z**k * Lj ** (n - k))[has_up])
+    A_ub = sparse.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_nodes, n_var)
+    )
+    c = np.concatenate([np.zeros(n_pi + n_mom), -w])
+    lo = np.zeros(n_var)
+    hi = np.concatenate([np.ones(n_pi), np.full(n_mom, np.inf), f])
+    return a, abar, c, A_ub, A_eq, b_eq, np.column_stack([lo, hi]), n_pi
+
+
+def _solve_lp(delta: float, K: int, G: int, n_target: int) -> MCRSPolicy:
+    a, abar, c, A_ub, A_eq, b_eq, bounds, n_pi = _lp_problem(delta, K, G, n_target)
+    res = optimize.linprog(
+        c, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=b_eq, bounds=bounds,
+        method="highs",
+    )
+    if res.status != 0:
+        raise RuntimeError(f"MCRS LP failed at delta={delta}, K={K}, G={G}: {res.message}")
+    pi = np.clip(res.x[:n_pi].reshape(G, K), 0.0, None)
+    pi /= pi.sum(axis=1, keepdims=True)
+    return MCRSPolicy(K, a, abar, pi, float(delta), float(-res.fun))
+
+
+@functools.lru_cache(maxsize=4096)
+def _policy_cached(delta: float, K: int, G: int, n_target: int) -> MCRSPolicy:
+    if delta == 0.0:
+        p = uniform_policy(K, G)
+        return MCRSPolicy(K, p.a, p.abar, p.pi, 0.0, 1.0)
+    if K == 1 or delta >= _TOP_RANK_DELTA:
+        a, abar = mcrs_edges(K, G)
+        pi = np.zeros((G, K))
+        pi[:, K - 1] = 1.0
+        return MCRSPolicy(K, a, abar, pi, float(delta))
+    return _solve_lp(delta, K, G, n_target)
+
+
+def mcrs_policy(delta: float, K: int, G: int = DEFAULT_G, n_target: int = 96) -> MCRSPolicy:
+    """The LP-optimal piecewise-constant MCRS policy for (delta, K) on G cells (cached).
+
+    delta = 0 gives the uniform policy (g = f = 1); K = 1 or delta >= 12 gives pi_K = 1.
+    """
+    d = check_delta(delta)
+    if d.ndim != 0:
+        raise ValueError(f"mcrs_policy takes a scalar delta, got shape {d.shape}")
+    K = check_K(K)
+    return _policy_cached(float(d), K, int(G), int(n_target))
+
+
+# ----------------------------------------------------------------------------- exact evaluation
+_S_LO, _S_HI_PAD = -40.0, 40.0
+_N_SCAN = 96
+
+
+def _g_mass(u0, y0, u1, y1, policy: MCRSPolicy) -> float:
+    """int_{u0}^{u1} g du for [u0, u1] inside one cell (g polynomial there: GL is exact)."""
+    if u1 <= 0.5:
+        uu = u0 + (u1 - u0) * _GL_T
+        yy = 1.0 - uu
+        width = u1 - u0
+    else:
+        if u0 < 0.5:
+            return _g_mass(u0, y0, 0.5, 0.5, policy) + _g_mass(0.5, 0.5, u1, y1, policy)
+        yy = y0 + (y1 - y0) * _GL_T
+        uu = 1.0 - yy
+        width = y0 - y1
+    return float(width * (_GL_W @ mcrs_density(uu, yy, policy)))
+
+
+def _edge_s(policy: MCRSPolicy, e: int) -> float:
+    """s = Phi^-1(a_e), accurate at both ends (-inf for e = 0, +inf for e = G)."""
+    if policy.a[e] < 0.5:
+        return float(special.ndtri(policy.a[e]))
+    return float(-special.ndtri(policy.abar[e]))
+
+
+def _cell_s_range(policy: MCRSPolicy, j: int, delta: float) -> tuple[float, float]:
+    return max(_edge_s(policy, j), _S_LO), min(_edge_s(policy, j + 1), delta + _S_HI_PAD)
+
+
+def _h(s, delta, policy):
+    """log q - log p in s (= log f(u) - log g(u)); +inf where g = 0."""
+    s = np.asarray(s, np.float64)
+    u, y = special.ndtr(s), special.ndtr(-s)
+    with np.errstate(divide="ignore"):
+        return delta * s - 0.5 * delta * delta - np.log(mcrs_density(u, y, policy))
+
+
+def _pieces(policy: MCRSPolicy, delta: float):
+    """Yield (s0, s1, q_above) pieces partitioning [S_LO, delta + pad] with no crossing inside."""
+    for j in range(policy.G):
+        lo, hi = _cell_s_range(policy, j, delta)
+        if not hi > lo:
+            continue
+        # scan uniform in s and uniform in u on the cell
+        ss = np.linspace(lo, hi, _N_SCAN)
+        ul, uh = special.ndtr(lo), special.ndtr(hi)
+        su = special.ndtri(np.linspace(ul, uh, _N_SCAN)[1:-1])
+        ss = np.unique(np.concatenate([ss, su[np.isfinite(su)]]))
+        ss = ss[(ss >= lo) & (ss <= hi)]
+        hv = _h(ss, delta, policy)
+        pos = hv > 0
+        cuts = [lo]
+        for i in np.nonzero(pos[1:] != pos[:-1])[0]:
+            s0, s1 = ss[i], ss[i + 1]
+            if np.isfinite(hv[i]) and np.isfinite(hv[i + 1]):
+                cuts.append(optimize.brentq(lambda t: float(_h(t, delta, policy)), s0, s1, xtol=1e-14))
+            else:
+                cuts.append(0.5 * (s0 + s1) if not np.isfinite(hv[i + 1]) else s1)
+        cuts.append(hi)
+        for s0, s1 in zip(cuts[:-1], cuts[1:]):
+            if s1 > s0:
+                yield s0, s1, bool(_h(0.5 * (s0 + s1), delta, policy) > 0)
+
+
+def acceptance_of_policy(delta: float, policy: MCRSPolicy) -> float:
+    """int min(q, p_pi) ds for a given policy at the true delta, evaluated exactly: crossings of
+    f and g located on every cell and refined (brentq), q-masses in closed form, g-masses by
+    Gauss-Legendre (exact: g is a polynomial on each cell)."""
+    d = float(check_delta(delta))
+    if d == 0.0:
+        # q = phi: int min(phi, phi g(Phi)) = int_0^1 min(1, g) du
+        return float(np.sum([_g_mass_min1(policy, j) for j in range(policy.G)]))
+    total = 0.0
+    for s0, s1, q_above in _pieces(policy, d):
+        if q_above:  # q > p: take p's mass
+            u0, y0, u1, y1 = special.ndtr(s0), special.ndtr(-s0), special.ndtr(s1), special.ndtr(-s1)
+            total += _g_mass(u0, y0, u1, y1, policy)
+        else:
+            total += float(normal_mass(s0 - d, s1 - d))
+    return float(min(max(total, 0.0), 1.0))
+
+
+def _g_mass_min1(policy: MCRSPolicy, j: int) -> float:
+    u = policy.a[j] + (policy.a[j + 1] - policy.a[j]) * np.linspace(0, 1, 257)
+    mid = 0.5 * (u[1:] + u[:-1])
+    g = mcrs_density(mid, 1.0 - mid, policy)
+    return float(np.sum(np.minimum(g, 1.0) * np.diff(u)))
+
+
+def acceptance_mcrs(delta, K: int, G: int = DEFAULT_G):
+    """P(accept) of MCRS with the optimal policy ``mcrs_policy(delta, K, G)``, evaluated exactly
+    for that policy (not the LP objective). Vectorised over ``delta`` (one LP per value)."""
+    d = check_delta(delta)
+    K = check_K(K)
+    out = np.array([acceptance_of_policy(x, mcrs_policy(x, K, G)) for x in d.ravel()])
+    out = out.reshape(d.shape)
+    return out if d.ndim else float(out)
+
+
+# ----------------------------------------------------------------------------- gap to the bound
+def _list_bound_iid(delta: float, K: int) -> float:
+    """1 - max_s [Phi(s)^K - Phi(s - delta)] (SPEC section 1), local fallback."""
+    try:
+        from speccheck.theory import list_bound_iid  # type: ignore
+
+        return float(list_bound_iid(delta, K))
+    except ImportError:
+        pass
+
+    def neg(s):
+        return -(special.ndtr(s) ** K - special.ndtr(s - delta))
+
+    grid = np.linspace(-10, delta + 10, 4001)
+    i = int(np.argmin(neg(grid)))
+    r = optimize.minimize_scalar(neg, bracket=(grid[max(i - 1, 0)], grid[i], grid[min(i + 1, 4000)]))
+    return float(1.0 + min(r.fun, neg(grid[i])))
+
+
+def _acceptance_rass(delta: float, K: int) -> float:
+    from speccheck.theory import acceptance_rass  # type: ignore
+
+    return float(acceptance_rass(delta, K))
+
+
+def gap_closed_mcrs(delta: float, K: int, G: int = DEFAULT_G) -> dict:
+    """One row of the gap table: RASS, MCRS (exact and LP), the i.i.d.-list bound, the fraction
+    of RASS's gap to the bound that MCRS closes (nan where the gap is <= 1e-12)."""
+    pol = mcrs_policy(delta, K, G)
+    a_m = acceptance_of_policy(delta, pol)
+    a_r = _acceptance_rass(delta, K)
+    bound = _list_bound_iid(delta, K)
+    gap = bound - a_r
+    frac = (a_m - a_r) / gap if gap > 1e-12 else float("nan")
+    return dict(
+        K=int(K), delta=float(delta), G=int(G), rass=a_r, mcrs=a_m, mcrs_lp=pol.lp_acceptance,
+        bound=bound, rass_gap=gap, mcrs_gap=bound - a_m, closed=frac,
+    )
+
+
+def mcrs_gap_table(deltas, Ks, G: int = DEFAULT_G) -> list[dict]:
+    """Rows of ``gap_closed_mcrs`` over the product Ks x deltas."""
+    return [gap_closed_mcrs(float(d), int(K), G) for K in Ks for d in deltas]

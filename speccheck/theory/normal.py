@@ -1,0 +1,80 @@
+"""Accurate standard-normal building blocks (numpy, vectorised).
+
+``normal_mass(a, b) = P(a < Z < b)`` keeps full relative precision for narrow intervals
+and for intervals deep in either tail, where ``ndtr(b) - ndtr(a)`` loses every digit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
+LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+
+
+def log_phi(x):
+    """log of the standard normal density."""
+    x = np.asarray(x, dtype=np.float64)
+    return -0.5 * x * x - LOG_SQRT_2PI
+
+
+def phi(x):
+    """Standard normal density."""
+    return np.exp(log_phi(x))
+
+
+def Phi(x):
+    """Standard normal CDF."""
+    return special.ndtr(x)
+
+
+def Phibar(x):
+    """Standard normal survival function, Phibar(x) = Phi(-x), accurate in the upper tail."""
+    return special.ndtr(-np.asarray(x, dtype=np.float64))
+
+
+def log_Phibar(x):
+    return special.log_ndtr(-np.asarray(x, dtype=np.float64))
+
+
+def _upper_tail_mass(a, b):
+    """P(a < Z < b) for 0 <= a <= b by the ratio of tails (relative error ~ eps * a / (b - a))."""
+    la = special.log_ndtr(-a)
+    lb = special.log_ndtr(-b)
+    return np.exp(la) * -np.expm1(lb - la)
+
+
+def normal_mass(a, b):
+    """P(a < Z < b) for Z ~ N(0, 1), elementwise, with a <= b (broadcast); inf allowed.
+
+    Narrow intervals (width * scale < 0.5) use 16-point Gauss-Legendre on the density,
+    exact to rounding there; wide ones use tail ratios on the side away from zero.
+    """
+    a, b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    a = a.copy()
+    b = b.copy()
+    if np.any(b < a):
+        raise ValueError("normal_mass needs a <= b")
+    out = np.empty(a.shape)
+    width = b - a
+    scale = np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
+    narrow = np.isfinite(width) & (width * scale < 0.5)
+    if np.any(narrow):
+        an, bn = a[narrow], b[narrow]
+        half = 0.5 * (bn - an)
+        mid = 0.5 * (bn + an)
+        nodes = mid[:, None] + half[:, None] * _GL_X[None, :]
+        out[narrow] = half * (np.exp(log_phi(nodes)) @ _GL_W)
+    wide = ~narrow
+    if np.any(wide):
+        aw, bw = a[wide], b[wide]
+        res = np.empty(aw.shape)
+        upper = aw >= 0
+        lower = bw <= 0
+        mid = ~(upper | lower)
+        res[upper] = _upper_tail_mass(aw[upper], bw[upper])
+        res[lower] = _upper_tail_mass(-bw[lower], -aw[lower])
+        res[mid] = 1.0 - special.ndtr(aw[mid]) - special.ndtr(-bw[mid])
+        out[wide] = res
+    return np.clip(out, 0.0, 1.0)

@@ -1,0 +1,1 @@
+"""Statistical tests, the exactness battery, mutants and harnesses."""

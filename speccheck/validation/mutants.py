@@ -1,0 +1,459 @@
+"""Mutants: plausible bugs, each a small variation of a correct rule or of the d-dim wrapper.
+
+The battery must kill every one of them (``speccheck battery --mutants`` prints the kill
+matrix). They are compact self-contained kernels with a ``bug`` switch, so each mutant is
+one or two changed lines against the reference rule right beside it; the references
+(``ReferenceRMC``, ``ReferenceDGRS``, ``ReferenceRASS`` with bug=None, and
+``reference_verify_states``) are themselves exact and serve as known-good rules in tests.
+
+Every mutant declares the acceptance of the rule it was copied from (a bug does not change
+what the author believes), so acceptance drift is caught by the binomial test.
+
+Also here: :class:`AlwaysRejectRule` (exact but useless: never accepts, returns a fresh
+N(delta, 1)) and the contract-breaking "claims accept" mutant (fresh target draws reported
+as accepted children).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from speccheck.validation._theory import acceptance_dgrs, acceptance_rass, acceptance_rmc, dgrs_levels
+from speccheck.validation._theory import rank_weights, residual_intervals
+
+Tensor = torch.Tensor
+
+
+# ------------------------------------------------------------------------------ helpers
+def _rand(shape, like: Tensor, generator) -> Tensor:
+    return torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)
+
+
+def _randn(shape, like: Tensor, generator) -> Tensor:
+    return torch.randn(shape, generator=generator, dtype=like.dtype, device=like.device)
+
+
+def _rejection(n: int, like: Tensor, generator, propose: Callable[[int], Tensor],
+               log_accept: Callable[[Tensor, Tensor], Tensor], rows: Tensor) -> Tensor:
+    """Draw one accepted candidate per row: propose(m) -> [P, m] candidates for the P pending
+    rows (``rows`` indexes per-row parameters), log_accept(x, rows) -> log acceptance prob."""
+    out = torch.empty(n, dtype=like.dtype, device=like.device)
+    pending = torch.arange(n, device=like.device)
+    m = 16
+    for _ in range(10_000):
+        if pending.numel() == 0:
+            return out
+        x = propose(pending, m)
+        ok = torch.log(_rand(x.shape, like, generator)) < log_accept(x, rows[pending])
+        got = ok.any(dim=1)
+        first = torch.argmax(ok.to(torch.int8), dim=1)
+        out[pending[got]] = x[got, first[got]]
+        pending = pending[~got]
+        m = min(4 * m, 1 << 14)
+    raise RuntimeError("rejection sampler did not terminate")
+
+
+class _Rule:
+    """Common bits: name, optional bug switch, declared acceptance."""
+
+    name = "rule"
+    bug: str | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(bug={self.bug!r})"
+
+
+# ---------------------------------------------------------------------------------- RMC
+class ReferenceRMC(_Rule):
+    """Reflection maximal coupling (K = 1): accept w.p. min(1, rho(S)), else S <- delta - S.
+
+    bugs: "fresh" (rejection returns a fresh N(delta, 1)), "reflect_delta" (S <- 2 delta - S),
+    "float32" (rho = exp(delta s) / exp(delta^2 / 2) in float32 -- inf / inf at large delta --
+    and s_out left in float32).
+    """
+
+    BUGS = ("fresh", "reflect_delta", "float32")
+
+    def __init__(self, bug: str | None = None):
+        if bug is not None and bug not in self.BUGS:
+            raise ValueError(f"bug must be one of {self.BUGS}, got bug={bug!r}")
+        self.bug = bug
+        self.name = "ref-rmc" if bug is None else f"rmc-{bug}"
+
+    def supports_K(self, K: int) -> bool:
+        return K == 1
+
+    def acceptance(self, delta, K: int):
+        return acceptance_rmc(delta)
+
+    def verify(self, delta: Tensor, s: Tensor, generator=None):
+        B, K = s.shape
+        if K != 1:
+            raise ValueError(f"RMC needs K == 1, got K={K}")
+        s1 = s[:, 0]
+        u = _rand(B, s, generator)
+        if self.bug == "float32":
+            d32, s32 = delta.float(), s1.float()
+            rho = torch.exp(d32 * s32) / torch.exp(0.5 * d32 * d32)
+            acc = u.float() < rho
+            out = torch.where(acc, s32, d32 - s32)
+        else:
+            acc = torch.log(u) < delta * s1 - 0.5 * delta * delta
+            if self.bug == "fresh":
+                rej = delta + _randn(B, s, generator)
+            elif self.bug == "reflect_delta":
+                rej = 2.0 * delta - s1
+            else:
+                rej = delta - s1
+            out = torch.where(acc, s1, rej)
+        index = torch.where(acc, 0, K).to(torch.long)
+        return out, acc, index
+
+
+class ClaimsAcceptRule(_Rule):
+    """Contract breaker: returns fresh N(delta, 1) draws (exact law!) but claims child 0 was
+    accepted -- the reconstruction would then keep a Z_perp and S that do not belong together."""
+
+    name = "claims-accept"
+    bug = "claims_accept"
+
+    def verify(self, delta: Tensor, s: Tensor, generator=None):
+        B, K = s.shape
+        out = delta + _randn(B, s, generator)
+        return out, torch.ones(B, dtype=torch.bool, device=s.device), torch.zeros(B, dtype=torch.long, device=s.device)
+
+
+class AlwaysRejectRule(_Rule):
+    """Exact but useless: never accepts; s_out is a fresh N(delta, 1) draw (index = K)."""
+
+    name = "always-reject"
+
+    def acceptance(self, delta, K: int):
+        return np.zeros_like(np.asarray(delta, np.float64))
+
+    def verify(self, delta: Tensor, s: Tensor, generator=None):
+        B, K = s.shape
+        out = delta + _randn(B, s, generator)
+        return out, torch.zeros(B, dtype=torch.bool, device=s.device), torch.full((B,), K, dtype=torch.long, device=s.device)
+
+
+# -------------------------------------------------------------------------------- D-GRS
+@functools.lru_cache(maxsize=1024)
+def _dgrs_levels_np(d: float, K: int, bug: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """(lam[0..K], G[0..K]) with G[k] = G_{k+1}; the buggy recurrences for the mutants."""
+    if bug not in ("G_prev_lambda", "centred_tau"):
+        lv = dgrs_levels(np.array(d), K)
+        return lv.lam.copy(), lv.G.copy()
+    from speccheck.theory.normal import Phibar
+
+    lam = np.zeros(K + 1)
+    G = np.zeros(K + 1)
+    G[0] = 1.0
+    for k in range(1, K + 1):
+        lam[k] = lam[k - 1] + G[k - 1]
+        l_for_G = lam[k - 1] if bug == "G_prev_lambda" else lam[k]
+        if l_for_G <= 0:
+            G[k] = 1.0
+            continue
+        shift = 0.0 if bug == "centred_tau" else 0.5 * d
+        tau = math.log(l_for_G) / d + shift
+        G[k] = max(float(Phibar(tau - d)) - l_for_G * float(Phibar(tau)), 0.0)
+    return lam, G
+
+
+class ReferenceDGRS(_Rule):
+    """Greedy rejection sampling over K children in drafting order (SPEC section 1).
+
+    bugs: "stale_lambda" (beta_k uses lambda_{k-2}), "G_prev_lambda" (G_{k+1} computed with
+    lambda_{k-1}), "residual_step1" (residual (q - lambda_1 p)_+ instead of lambda_K),
+    "centred_tau" (levels with the centred threshold ln(lambda)/delta in uncentred coordinates).
+    """
+
+    BUGS = ("stale_lambda", "G_prev_lambda", "residual_step1", "centred_tau")
+
+    def __init__(self, bug: str | None = None):
+        if bug is not None and bug not in self.BUGS:
+            raise ValueError(f"bug must be one of {self.BUGS}, got bug={bug!r}")
+        self.bug = bug
+        self.name = "ref-dgrs" if bug is None else f"dgrs-{bug}"
+
+    def acceptance(self, delta, K: int):
+        return acceptance_dgrs(delta, K)
+
+    def _levels(self, delta: Tensor, K: int) -> tuple[Tensor, Tensor]:
+        d_np = delta.detach().cpu().numpy().astype(np.float64)
+        uniq, inv = np.unique(d_np, return_inverse=True)
+        lam = np.empty((uniq.size, K + 1))
+        G = np.empty((uniq.size, K + 1))
+        for i, d in enumerate(uniq):
+            if d == 0.0:
+                lam[i], G[i] = 0.0, 0.0
+                G[i, 0] = 1.0
+                lam[i, 1:] = 1.0
+            else:
+                lam[i], G[i] = _dgrs_levels_np(float(d), K, self.bug)
+        to = functools.partial(torch.as_tensor, dtype=delta.dtype, device=delta.device)
+        return to(lam[inv.reshape(-1)]), to(G[inv.reshape(-1)])
+
+    def verify(self, delta: Tensor, s: Tensor, generator=None):
+        B, K = s.shape
+        lam, G = self._levels(delta, K)
+        u = _rand((B, K), s, generator)
+        accepted = torch.zeros(B, dtype=torch.bool, device=s.device)
+        index = torch.full((B,), K, dtype=torch.long, device=s.device)
+        zero = delta == 0
+        log_rho = delta[:, None] * s - 0.5 * (delta * delta)[:, None]
+        for k in range(1, K + 1):
+            lam_prev = lam[:, k - 2] if (self.bug == "stale_lambda" and k >= 2) else lam[:, k - 1]
+            Gk = G[:, k - 1]
+            excess = torch.exp(log_rho[:, k - 1]) - lam_prev
+            beta = torch.where(Gk > 0, torch.clamp(excess / torch.where(Gk > 0, Gk, 1.0), 0.0, 1.0),
+                               torch.zeros_like(Gk))
+            beta = torch.where(zero, torch.ones_like(beta), beta)
+            take = ~accepted & (u[:, k - 1] < beta)
+            index = torch.where(take, k - 1, index)
+            accepted = accepted | take
+        out = torch.gather(s, 1, torch.clamp(index, max=K - 1)[:, None])[:, 0]
+        rej = torch.nonzero(~accepted).flatten()
+        if rej.numel():
+            lam_res = lam[rej, 1] if self.bug == "residual_step1" else lam[rej, K]
+            out[rej] = _dgrs_residual(delta[rej], lam_res, s, generator)
+        return out, accepted, index
+
+
+def _dgrs_residual(delta: Tensor, lam: Tensor, like: Tensor, generator) -> Tensor:
+    """Draws from (phi(s - delta) - lam phi(s))_+ (normalised): N(delta, 1) truncated to
+    s >= tau = ln(lam)/delta + delta/2, accepted w.p. 1 - lam / rho(s)."""
+    log_lam = torch.log(lam)
+    tau = log_lam / delta + 0.5 * delta
+    mass = torch.special.ndtr(delta - tau)  # P(N(delta,1) >= tau)
+
+    def propose(rows, m):
+        u = _rand((rows.numel(), m), like, generator)
+        return delta[rows, None] - torch.special.ndtri(u * mass[rows, None])
+
+    def log_accept(x, rows):
+        d = delta[rows, None]
+        return torch.log(-torch.expm1(torch.clamp(log_lam[rows, None] - (d * x - 0.5 * d * d), max=0.0)))
+
+    return _rejection(delta.numel(), like, generator, propose, log_accept, torch.arange(delta.numel(), device=like.device))
+
+
+# --------------------------------------------------------------------------------- RASS
+@functools.lru_cache(maxsize=1024)
+def _rass_tables(d: float, K: int, bug: str | None):
+    """(omega used to select, omega used in the density, beta orders (a_r, b_r), the kept
+    residual interval or None)."""
+    w = rank_weights(d, K)
+    w_density = w
+    if bug == "weights_Km1" and K > 1:
+        w_density = np.concatenate([[0.0], rank_weights(d, K - 1)])
+    r = np.arange(1, K + 1)
+    a, b = r.astype(float), (K - r + 1).astype(float)
+    if bug == "beta_offbyone":
+        b = b + 1.0  # the order-statistic densities of K + 1 draws
+    keep = None
+    if bug == "wrong_interval" and d > 0:
+        ivs = residual_intervals(d, K, w)
+        if ivs:
+            iv = max(ivs, key=lambda t: t.mass)
+            keep = (iv.lo, iv.hi)
+    return w, w_density, a, b, keep
+
+
+def _log_p(x: Tensor, w: np.ndarray, a: np.ndarray, b: np.ndarray) -> Tensor:
+    """log sum_r w_r phi(x) Beta(a_r, b_r) density at Phi(x) (torch, any shape)."""
+    to = functools.partial(torch.as_tensor, dtype=x.dtype, device=x.device)
+    from scipy import special
+
+    log_coef = to(-special.betaln(a, b))
+    with np.errstate(divide="ignore"):
+        log_w = to(np.log(w))
+    xx = x[..., None]
+    terms = (log_w + log_coef - 0.5 * xx * xx - 0.5 * math.log(2 * math.pi)
+             + to(a - 1) * torch.special.log_ndtr(xx) + to(b - 1) * torch.special.log_ndtr(-xx))
+    return torch.logsumexp(terms, dim=-1)
+
+
+class ReferenceRASS(_Rule):
+    """Rank-aware selection with optimal weights, maximal coupling with q, rejection-sampled residual.
+
+    bugs: "beta_offbyone" (densities of K + 1 draws), "weights_Km1" (density evaluated with
+    the weights cached for K - 1), "top_uncorrected" (the top rank is accepted without the
+    min(1, q/p) test), "wrong_interval" (residual drawn from the largest residual interval only).
+    """
+
+    BUGS = ("beta_offbyone", "weights_Km1", "top_uncorrected", "wrong_interval")
+
+    def __init__(self, bug: str | None = None):
+        if bug is not None and bug not in self.BUGS:
+            raise ValueError(f"bug must be one of {self.BUGS}, got bug={bug!r}")
+        self.bug = bug
+        self.name = "ref-rass" if bug is None else f"rass-{bug}"
+
+    def acceptance(self, delta, K: int):
+        return acceptance_rass(delta, K)
+
+    def verify(self, delta: Tensor, s: Tensor, generator=None):
+        B, K = s.shape
+        out = torch.empty(B, dtype=s.dtype, device=s.device)
+        accepted = torch.zeros(B, dtype=torch.bool, device=s.device)
+        index = torch.full((B,), K, dtype=torch.long, device=s.device)
+        d_np = delta.detach().cpu().numpy()
+        for d in np.unique(d_np):
+            rows = torch.nonzero(delta == float(d)).flatten()
+            o, a, i = self._verify_one(float(d), s[rows], generator)
+            out[rows], accepted[rows], index[rows] = o, a, i
+        return out, accepted, index
+
+    def _verify_one(self, d: float, s: Tensor, generator):
+        B, K = s.shape
+        if d == 0.0:
+            return s[:, 0].clone(), torch.ones(B, dtype=torch.bool, device=s.device), torch.zeros(B, dtype=torch.long, device=s.device)
+        w, w_den, a, b, keep = _rass_tables(d, K, self.bug)
+        s_sorted, order = torch.sort(s, dim=1)
+        cdf = torch.as_tensor(np.cumsum(w), dtype=s.dtype, device=s.device)
+        u = _rand(B, s, generator)
+        r = torch.clamp(torch.searchsorted(cdf, u[:, None]).flatten(), max=K - 1)
+        x = torch.gather(s_sorted, 1, r[:, None])[:, 0]
+        log_q = -0.5 * (x - d) ** 2 - 0.5 * math.log(2 * math.pi)
+        log_ratio = log_q - _log_p(x, w_den, a, b)
+        acc = torch.log(_rand(B, s, generator)) < log_ratio
+        if self.bug == "top_uncorrected":
+            acc = acc | (r == K - 1)
+        index = torch.where(acc, torch.gather(order, 1, r[:, None])[:, 0], K)
+        out = x.clone()
+        rej = torch.nonzero(~acc).flatten()
+        if rej.numel():
+            n = rej.numel()
+            dt = torch.full((n,), d, dtype=s.dtype, device=s.device)
+
+            def propose(rows, m):
+                return dt[rows, None] + _randn((rows.numel(), m), s, generator)
+
+            def log_accept(y, rows):
+                lq = -0.5 * (y - d) ** 2 - 0.5 * math.log(2 * math.pi)
+                lp = _log_p(y, w, a, b) if self.bug == "beta_offbyone" else _log_p(y, w_den, a, b)
+                la = torch.log(torch.clamp(-torch.expm1(lp - lq), min=0.0))
+                if keep is not None:
+                    la = torch.where((y > keep[0]) & (y < keep[1]), la, torch.full_like(la, -math.inf))
+                return la
+
+            out[rej] = _rejection(n, s, generator, propose, log_accept, torch.arange(n, device=s.device))
+        return out, acc, index
+
+
+# ------------------------------------------------------------------------- d-dim wrapper
+WRAPPER_BUGS = ("drop_zperp", "first_child_zperp", "no_sigma_scale")
+
+
+def reference_verify_states(verifier, mu_p: Tensor, mu_q: Tensor, sigma, children: Tensor,
+                            generator=None, bug: str | None = None):
+    """Rank-1 reduction around a scalar kernel (SPEC section 1). mu_p, mu_q: [B, *shape];
+    sigma: float or [B]; children: [B, K, *shape] -> (y [B, *shape], accepted [B], index [B]).
+
+    bugs: "drop_zperp" (y = mu_p + sigma S e), "first_child_zperp" (the first child's Z_perp
+    kept even when another child is accepted), "no_sigma_scale" (Delta = mu_q - mu_p not divided
+    by sigma).
+    """
+    B, K = children.shape[:2]
+    shape = children.shape[2:]
+    dt = children.dtype
+    sig = torch.as_tensor(sigma, dtype=dt, device=children.device).expand(B) if not torch.is_tensor(sigma) or sigma.ndim == 0 \
+        else sigma.to(dt)
+    sig_b = sig.reshape((B,) + (1,) * len(shape))
+    Delta = (mu_q - mu_p) if bug == "no_sigma_scale" else (mu_q - mu_p) / sig_b
+    flat = Delta.reshape(B, -1)
+    delta = torch.linalg.vector_norm(flat, dim=1)
+    e = torch.where(delta[:, None] > 0, flat / torch.where(delta > 0, delta, 1.0)[:, None], torch.zeros_like(flat))
+    e[delta == 0, 0] = 1.0
+    Z = ((children - mu_p[:, None]) / sig_b[:, None]).reshape(B, K, -1)
+    S = torch.einsum("bkd,bd->bk", Z, e)
+    Zperp = Z - S[..., None] * e[:, None, :]
+    s_out, accepted, index = verifier.verify(delta, S, generator)
+    keep = torch.where(accepted, index, 0)
+    if bug == "first_child_zperp":
+        keep = torch.zeros_like(index)
+    zp = Zperp[torch.arange(B, device=children.device), keep]
+    if bug == "drop_zperp":
+        zp = torch.zeros_like(zp)
+    y = mu_p + sig_b * (s_out[:, None] * e + zp).reshape((B,) + tuple(shape))
+    acc_rows = torch.nonzero(accepted).flatten()
+    if acc_rows.numel() and bug is None:
+        y[acc_rows] = children[acc_rows, index[acc_rows]]  # bit-exact copy of the accepted child
+    return y, accepted, index
+
+
+class WrapperMutant(_Rule):
+    """A correct scalar kernel inside a buggy d-dim wrapper (the battery calls ``verify_states``
+    on the verifier object when it defines one)."""
+
+    def __init__(self, bug: str, base=None):
+        if bug not in WRAPPER_BUGS:
+            raise ValueError(f"bug must be one of {WRAPPER_BUGS}, got bug={bug!r}")
+        self.bug = bug
+        self.base = base if base is not None else ReferenceDGRS()
+        self.name = f"wrapper-{bug}"
+
+    def acceptance(self, delta, K: int):
+        return self.base.acceptance(delta, K)
+
+    def verify(self, delta, s, generator=None):
+        return self.base.verify(delta, s, generator)
+
+    def verify_states(self, mu_p, mu_q, sigma, children, generator=None):
+        return reference_verify_states(self.base, mu_p, mu_q, sigma, children, generator, bug=self.bug)
+
+
+class ReferenceWrapped(_Rule):
+    """A reference kernel with the reference wrapper (a known-good rule for layer 3)."""
+
+    def __init__(self, base=None):
+        self.base = base if base is not None else ReferenceDGRS()
+        self.name = f"{self.base.name}+ref-wrapper"
+
+    def acceptance(self, delta, K: int):
+        return self.base.acceptance(delta, K)
+
+    def supports_K(self, K: int) -> bool:
+        f = getattr(self.base, "supports_K", None)
+        return True if f is None else bool(f(K))
+
+    def verify(self, delta, s, generator=None):
+        return self.base.verify(delta, s, generator)
+
+    def verify_states(self, mu_p, mu_q, sigma, children, generator=None):
+        return reference_verify_states(self.base, mu_p, mu_q, sigma, children, generator)
+
+
+# ------------------------------------------------------------------------------ registry
+def _make_mutants() -> dict[str, Callable[[], object]]:
+    m: dict[str, Callable[[], object]] = {}
+    for bug in ReferenceRMC.BUGS:
+        m[f"rmc-{bug}"] = functools.partial(ReferenceRMC, bug)
+    m["claims-accept"] = ClaimsAcceptRule
+    for bug in ReferenceDGRS.BUGS:
+        m[f"dgrs-{bug}"] = functools.partial(ReferenceDGRS, bug)
+    for bug in ReferenceRASS.BUGS:
+        m[f"rass-{bug}"] = functools.partial(ReferenceRASS, bug)
+    for bug in WRAPPER_BUGS:
+        m[f"wrapper-{bug}"] = functools.partial(WrapperMutant, bug)
+    return m
+
+
+#: name -> zero-argument factory of the mutant verifier
+MUTANTS: dict[str, Callable[[], object]] = _make_mutants()
+
+#: name -> zero-argument factory of the exact reference rules the mutants vary
+REFERENCES: dict[str, Callable[[], object]] = {
+    "ref-rmc": ReferenceRMC,
+    "ref-dgrs": ReferenceDGRS,
+    "ref-rass": ReferenceRASS,
+    "ref-wrapped": ReferenceWrapped,
+    "always-reject": AlwaysRejectRule,
+}

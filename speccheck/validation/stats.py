@@ -1,0 +1,265 @@
+"""Statistical tests with explicit false-failure rates and minimum detectable deviations.
+
+Every test returns a :class:`TestResult` carrying a valid p-value (so a family of tests can be
+controlled by Holm), the threshold on its statistic at a stated per-test level ``alpha``, and
+the minimum detectable deviation (MDD): the smallest departure from the null, in the
+statistic's own units, that the test rejects with probability >= ``power`` (default 0.99) at
+that n and level.
+
+Null laws used here are exact (binomial counts, DKW-Massart) except the studentised
+linear-time MMD, whose normal reference is asymptotic (n >= 1e3 pairs in every suite).
+numpy/scipy only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import special, stats
+
+POWER = 0.99
+
+
+@dataclass
+class TestResult:
+    """One test in one cell of the battery.
+
+    ``kind`` is "stat" (a statistical test, part of the Holm family), "contract" (a
+    deterministic check: false-failure rate 0) or "skip". ``passed`` is the final verdict
+    (after Holm for "stat" tests); ``p_value`` is the raw p-value.
+    """
+
+    cell: str
+    test: str
+    statistic: float
+    threshold: float
+    p_value: float
+    mdd: float
+    n: int
+    kind: str = "stat"
+    passed: bool = True
+    note: str = ""
+    layer: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("statistic", "threshold", "p_value", "mdd"):
+            v = d[k]
+            d[k] = None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
+        return d
+
+
+# ----------------------------------------------------------------------------- KS / DKW
+def dkw_threshold(n: int, alpha: float) -> float:
+    """t with P(sup |F_n - F| > t) <= alpha under the null (DKW-Massart: 2 exp(-2 n t^2))."""
+    return math.sqrt(math.log(2.0 / alpha) / (2.0 * n))
+
+
+def dkw_pvalue(n: int, D: float) -> float:
+    """Conservative (valid) p-value of a KS distance D from the DKW-Massart inequality."""
+    return float(min(1.0, 2.0 * math.exp(-2.0 * n * D * D)))
+
+
+def ks_distance(x: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
+    """sup_s |F_n(s) - F(s)| for a sample ``x`` (1-d) and a continuous null CDF."""
+    x = np.sort(np.asarray(x, np.float64).ravel())
+    n = x.size
+    u = cdf(x)
+    i = np.arange(1, n + 1)
+    return float(max(np.max(i / n - u), np.max(u - (i - 1) / n)))
+
+
+def ks_dkw_test(x: np.ndarray, cdf: Callable, alpha: float, *, cell: str = "", test: str = "ks",
+                power: float = POWER) -> TestResult:
+    """KS distance against ``cdf`` with the DKW-Massart threshold at level ``alpha``.
+
+    MDD: if the true CDF is at sup-distance eps from ``cdf``, D >= eps - D_true where
+    D_true <= dkw_threshold(n, 1 - power) with probability >= power; so eps >= t_alpha +
+    t_{1-power} is detected with probability >= power.
+    """
+    x = np.asarray(x, np.float64).ravel()
+    n = x.size
+    if not np.all(np.isfinite(x)):
+        return TestResult(cell, test, math.inf, dkw_threshold(n, alpha), 0.0, math.nan, n,
+                          passed=False, note="non-finite values in the sample")
+    D = ks_distance(x, cdf)
+    t = dkw_threshold(n, alpha)
+    mdd = t + dkw_threshold(n, 1.0 - power)
+    return TestResult(cell, test, D, t, dkw_pvalue(n, D), mdd, n, passed=D <= t)
+
+
+# ------------------------------------------------------------------------ binomial tests
+def binom_two_sided_pvalue(k: int, n: int, p0: float) -> float:
+    """Exact two-sided binomial p-value, 2 min(P(X <= k), P(X >= k)) capped at 1 (valid)."""
+    if p0 <= 0.0:
+        return 1.0 if k == 0 else 0.0
+    if p0 >= 1.0:
+        return 1.0 if k == n else 0.0
+    lo = stats.binom.cdf(k, n, p0)
+    hi = stats.binom.sf(k - 1, n, p0)
+    return float(min(1.0, 2.0 * min(lo, hi)))
+
+
+def binom_upper_pvalue(k: int, n: int, p0: float) -> float:
+    """Exact one-sided p-value P(X >= k), X ~ Bin(n, p0): evidence that p > p0."""
+    if p0 >= 1.0:
+        return 1.0
+    if p0 <= 0.0:
+        return 1.0 if k == 0 else 0.0
+    return float(stats.binom.sf(k - 1, n, p0))
+
+
+def binom_acceptance_region(n: int, p0: float, alpha: float, two_sided: bool = True) -> tuple[int, int]:
+    """Counts [lo, hi] accepted at level alpha (each tail alpha/2 if two-sided)."""
+    a = alpha / 2.0 if two_sided else alpha
+    hi = int(stats.binom.isf(a, n, p0)) if p0 < 1 else n
+    # the largest hi with P(X > hi) <= a: isf returns the smallest x with sf(x) <= a
+    lo = int(stats.binom.ppf(a, n, p0)) if (two_sided and p0 > 0) else 0
+    # smallest lo with P(X < lo) <= a
+    if two_sided and lo > 0 and stats.binom.cdf(lo - 1, n, p0) > a:
+        lo -= 1
+    return lo, hi
+
+
+def _power_shift(n: int, p0: float, lo: int, hi: int, power: float, upper_only: bool = False) -> float:
+    """Smallest |p1 - p0| such that a count outside [lo, hi] has probability >= power."""
+    def up_power(p1):
+        return stats.binom.sf(hi, n, p1)
+
+    def down_power(p1):
+        return stats.binom.cdf(lo - 1, n, p1) if lo > 0 else 0.0
+
+    shifts = []
+    if hi < n and up_power(1.0) >= power:
+        a, b = p0, 1.0
+        for _ in range(60):
+            m = 0.5 * (a + b)
+            a, b = (a, m) if up_power(m) >= power else (m, b)
+        shifts.append(b - p0)
+    if not upper_only and lo > 0:
+        a, b = 0.0, p0
+        for _ in range(60):
+            m = 0.5 * (a + b)
+            a, b = (m, b) if down_power(m) >= power else (a, m)
+        shifts.append(p0 - a)
+    return float(min(shifts)) if shifts else math.inf
+
+
+def binom_test(k: int, n: int, p0: float, alpha: float, *, cell: str = "", test: str = "binom",
+               one_sided_upper: bool = False, power: float = POWER) -> TestResult:
+    """Exact binomial test of a proportion against p0 (two-sided, or H1: p > p0).
+
+    statistic = k/n - p0 (signed); threshold = the largest |k/n - p0| accepted at level alpha
+    (the upper side when one-sided); MDD = smallest shift of the proportion detected with
+    probability >= power.
+    """
+    p0 = float(np.clip(p0, 0.0, 1.0))
+    lo, hi = binom_acceptance_region(n, p0, alpha, two_sided=not one_sided_upper)
+    if one_sided_upper:
+        p = binom_upper_pvalue(k, n, p0)
+        thr = hi / n - p0
+        ok = k <= hi
+    else:
+        p = binom_two_sided_pvalue(k, n, p0)
+        thr = max(hi / n - p0, p0 - lo / n)
+        ok = lo <= k <= hi
+    mdd = _power_shift(n, p0, lo, hi, power, upper_only=one_sided_upper)
+    return TestResult(cell, test, k / n - p0, thr, p, mdd, n, passed=bool(ok),
+                      extra={"count": int(k), "p0": p0, "region": [int(lo), int(hi)]})
+
+
+def tail_test(x: np.ndarray, cdf: Callable, alpha: float, q: float = 0.01, *, cell: str = "",
+              test: str = "tails", power: float = POWER) -> TestResult:
+    """Binned test of the lower and upper ``q`` tails: each count ~ Bin(n, q) under the null.
+
+    Two exact binomial tests at alpha/2 each (Bonferroni; p = 2 min(p_lo, p_hi)).
+    statistic = the larger |observed tail mass - q|; MDD = smallest tail-mass shift detected
+    with probability >= power.
+    """
+    x = np.asarray(x, np.float64).ravel()
+    n = x.size
+    if not np.all(np.isfinite(x)):
+        return TestResult(cell, test, math.inf, math.nan, 0.0, math.nan, n, passed=False,
+                          note="non-finite values in the sample")
+    u = cdf(x)
+    k_lo = int(np.count_nonzero(u < q))
+    k_hi = int(np.count_nonzero(u > 1.0 - q))
+    lo, hi = binom_acceptance_region(n, q, alpha / 2.0)
+    p = min(1.0, 2.0 * min(binom_two_sided_pvalue(k_lo, n, q), binom_two_sided_pvalue(k_hi, n, q)))
+    stat = max(abs(k_lo / n - q), abs(k_hi / n - q))
+    thr = max(hi / n - q, q - lo / n)
+    mdd = _power_shift(n, q, lo, hi, power)
+    ok = lo <= k_lo <= hi and lo <= k_hi <= hi
+    return TestResult(cell, test, stat, thr, p, mdd, n, passed=bool(ok),
+                      extra={"lower_count": k_lo, "upper_count": k_hi, "q": q})
+
+
+# --------------------------------------------------------------------- linear-time MMD
+def mmd_linear_test(x: np.ndarray, y: np.ndarray, alpha: float, bandwidth: float | None = None, *,
+                    cell: str = "", test: str = "mmd", power: float = POWER) -> TestResult:
+    """Linear-time MMD^2 two-sample test (Gaussian kernel), studentised, one-sided.
+
+    x, y: [n, d] samples. h_i = k(x_{2i}, x_{2i+1}) + k(y_{2i}, y_{2i+1}) - k(x_{2i}, y_{2i+1})
+    - k(x_{2i+1}, y_{2i}) are i.i.d. with mean MMD^2 >= 0 (0 under the null); the statistic is
+    mean(h) / se, compared with the normal quantile (asymptotic; pairs >= 1e3). Bandwidth:
+    sqrt(2 d) (the median distance between standard-normal points) unless given.
+    MDD is reported in units of MMD^2: (z_{1-alpha} + z_{power}) * se.
+    """
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+        y = y[:, None]
+    m = min(x.shape[0], y.shape[0]) // 2
+    d = x.shape[1]
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        return TestResult(cell, test, math.inf, math.nan, 0.0, math.nan, m, passed=False,
+                          note="non-finite values in the sample")
+    bw = float(bandwidth) if bandwidth is not None else math.sqrt(2.0 * d)
+    x1, x2 = x[0:2 * m:2], x[1:2 * m:2]
+    y1, y2 = y[0:2 * m:2], y[1:2 * m:2]
+
+    def k(a, b):
+        return np.exp(-np.sum((a - b) ** 2, axis=1) / (2.0 * bw * bw))
+
+    h = k(x1, x2) + k(y1, y2) - k(x1, y2) - k(x2, y1)
+    se = float(np.std(h, ddof=1) / math.sqrt(m)) if m > 1 else math.inf
+    z_alpha = float(special.ndtri(1.0 - alpha))
+    stat = float(np.mean(h) / se) if se > 0 else (math.inf if np.mean(h) > 0 else 0.0)
+    p = float(special.ndtr(-stat))
+    mdd = (z_alpha + float(special.ndtri(power))) * se
+    return TestResult(cell, test, stat, z_alpha, p, mdd, m, passed=stat <= z_alpha,
+                      extra={"mmd2": float(np.mean(h)), "bandwidth": bw})
+
+
+# ------------------------------------------------------------------------- family control
+def holm_adjust(results: Sequence[TestResult], alpha: float) -> None:
+    """Holm's step-down over the "stat" results at family-wise rate alpha (in place).
+
+    A "stat" result passes iff Holm does not reject it; its ``threshold`` stays the one at
+    level alpha / m (Holm's first step: with no rejection it is exactly the binding one).
+    Contract and skip results are untouched.
+    """
+    from statsmodels.stats.multitest import multipletests
+
+    fam = [r for r in results if r.kind == "stat"]
+    if not fam:
+        return
+    p = np.array([r.p_value for r in fam], np.float64)
+    p = np.where(np.isfinite(p), p, 0.0)
+    reject, p_adj, _, _ = multipletests(p, alpha=alpha, method="holm")
+    for r, rej, pa in zip(fam, reject, p_adj):
+        r.passed = bool(not rej)
+        r.extra["p_holm"] = float(pa)
+
+
+def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) confidence interval for a binomial proportion k/n."""
+    a = 1.0 - conf
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi

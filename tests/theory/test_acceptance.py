@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from speccheck.theory import acceptance_dgrs, acceptance_rmc, dgrs_levels
+from speccheck.theory.normal import normal_mass
+
+
+def test_rmc_closed_form():
+    d = np.array([0.0, 0.3, 1.0, 4.0])
+    np.testing.assert_allclose(acceptance_rmc(d), 2 * stats.norm.sf(d / 2), rtol=1e-14)
+
+
+def test_dgrs_K1_is_rmc_everywhere():
+    d = np.concatenate([[0.0, 1e-12, 1e-9], np.geomspace(1e-6, 40, 50)])
+    np.testing.assert_allclose(acceptance_dgrs(d, 1), acceptance_rmc(d), rtol=1e-14, atol=0)
+
+
+def test_dgrs_levels_recursion_matches_definition():
+    # G_{k+1} = Q(H_k) - lambda_k P(H_k) evaluated by quadrature of (q - lambda_k p)_+
+    delta, K = 0.8, 4
+    lev = dgrs_levels(delta, K)
+    for k in range(1, K + 1):
+        lam = lev.lam[k]
+        f = lambda s: max(stats.norm.pdf(s - delta) - lam * stats.norm.pdf(s), 0.0)  # noqa: E731
+        val = integrate.quad(f, lev.tau[k], np.inf, epsabs=1e-13)[0]
+        assert lev.G[k] == pytest.approx(val, rel=1e-9, abs=1e-14)
+        assert lev.lam[k] == pytest.approx(lev.lam[k - 1] + lev.G[k - 1], rel=1e-15)
+
+
+def test_dgrs_acceptance_equals_one_minus_G_where_that_is_accurate():
+    d = np.array([0.1, 0.5, 1.0, 3.0])
+    lev = dgrs_levels(d, 6)
+    np.testing.assert_allclose(acceptance_dgrs(d, 6), 1 - lev.G[..., -1], rtol=1e-12)
+
+
+def test_dgrs_tiny_delta_keeps_residual_mass():
+    # lambda_2 - 1 = G_2 ~ delta / sqrt(2 pi): log(lambda_2) must not round to 0
+    lev = dgrs_levels(1e-12, 3)
+    assert lev.G[1] == pytest.approx(1e-12 * stats.norm.pdf(0), rel=1e-6)
+    assert np.all(lev.G[1:] > 0)
+    assert np.all(np.isfinite(lev.tau[1:]))
+
+
+def test_dgrs_large_delta_finite_and_positive():
+    acc = acceptance_dgrs(np.array([20.0, 40.0]), 64)
+    assert np.all(np.isfinite(acc)) and np.all(acc > 0)
+    assert acc[0] == pytest.approx(1.19359237e-22, rel=1e-6)
+
+
+def test_delta_zero_accepts_first_child():
+    lev = dgrs_levels(0.0, 3)
+    np.testing.assert_array_equal(lev.G, [1, 0, 0, 0])
+    assert acceptance_dgrs(0.0, 3) == 1.0
+
+
+def test_normal_mass_narrow_and_tails():
+    assert normal_mass(30.0, 30.0 + 1e-9) == pytest.approx(1e-9 * stats.norm.pdf(30.0), rel=1e-8)
+    assert normal_mass(-1e-10, 1e-10) == pytest.approx(2e-10 * stats.norm.pdf(0), rel=1e-12)
+    assert normal_mass(35.0, np.inf) == pytest.approx(stats.norm.sf(35.0), rel=1e-12)
+    assert normal_mass(-np.inf, np.inf) == 1.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, np.nan, np.inf, -np.inf])
+def test_bad_delta_raises(bad):
+    with pytest.raises(ValueError, match="delta"):
+        acceptance_dgrs(bad, 2)
+    with pytest.raises(ValueError, match="delta"):
+        acceptance_rmc([0.5, bad])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "3", None])
+def test_bad_K_raises(bad):
+    with pytest.raises(ValueError, match="K"):
+        acceptance_dgrs(0.5, bad)
