@@ -153,6 +153,7 @@ class _Run:
     commit_depth: torch.Tensor
     states: Optional[torch.Tensor]
     gen: torch.Generator
+    depth_cap: torch.Tensor
     events: _Events = field(default_factory=_Events)
     batch_calls: int = 0
     lazy_calls: int = 0
@@ -260,20 +261,29 @@ class SpeculativeSampler:
 
     # ------------------------------------------------------------------ driver
     def run(self, x0: torch.Tensor, generator: torch.Generator, cond: Optional[torch.Tensor] = None,
-            record_states: bool = False) -> SamplerResult:
-        """Sample len(x0) trajectories from initial states x0: [n, *state_shape]."""
+            record_states: bool = False, depth_cap: Optional[torch.Tensor] = None) -> SamplerResult:
+        """Sample len(x0) trajectories from initial states x0: [n, *state_shape].
+
+        cond: [n] per-trajectory conditioning passed to the target; depth_cap: [n] optional
+        per-trajectory depth L_b <= tree.L (trajectory b uses T|L_b: one batch can hold several
+        (K, L) cells of the same width)."""
         shape = tuple(getattr(self.target, "state_shape", x0.shape[1:]))
         if x0.dim() < 2 or tuple(x0.shape[1:]) != shape:
             raise ValueError(f"x0 must have shape [n, {', '.join(map(str, shape))}], got {tuple(x0.shape)}")
         if cond is not None and cond.shape[0] != x0.shape[0]:
             raise ValueError(f"cond must have {x0.shape[0]} rows, got {tuple(cond.shape)}")
         nb, N = x0.shape[0], self.schedule.N
+        if depth_cap is None:
+            depth_cap = torch.full((nb,), self.tree.L, dtype=torch.long)
+        depth_cap = torch.as_tensor(depth_cap, dtype=torch.long)
+        if depth_cap.shape != (nb,) or bool((depth_cap < 1).any()) or bool((depth_cap > self.tree.L).any()):
+            raise ValueError(f"depth_cap must be [{nb}] integers in [1, {self.tree.L}]")
         z = lambda: torch.zeros(nb, dtype=torch.long)  # noqa: E731
         run = _Run(x=x0.clone(), n=z(), cond=cond, stale_x=torch.zeros_like(x0),
                    stale_t=torch.zeros(nb, dtype=torch.float64), stale_v=torch.zeros_like(x0),
                    have=torch.zeros(nb, dtype=torch.bool), nfe=z(), root_calls=z(), det_calls=z(),
                    rounds=z(), n_acc=z(), n_ver=z(), commit_depth=torch.zeros(nb, N, dtype=torch.long),
-                   states=None, gen=generator)
+                   states=None, gen=generator, depth_cap=depth_cap)
         if record_states:
             run.states = x0.new_zeros(nb, N + 1, *shape)
             run.states[:, 0] = x0
@@ -318,14 +328,14 @@ class SpeculativeSampler:
             run.nfe[R] += 1
             run.root_calls[R] += 1
             run.batch_calls += 1
-        Ln = torch.minimum(torch.full_like(nS, self.tree.L), self._end[nS] - nS)
+        Ln = torch.minimum(run.depth_cap[S], self._end[nS] - nS)
         run.nfe[S] += 1
         run.rounds[S] += 1
+        run.batch_calls += 1
         if self.lazy:
             src = _LazySource(self, run, S, nS, Ln)
         else:
             src = _EagerSource(self, run, S, nS, Ln)
-            run.batch_calls += 1
         self._walk(run, S, nS, Ln, src)
 
     def _walk(self, run: _Run, S, nS, Ln, src) -> None:

@@ -143,6 +143,7 @@ def _from_widths(widths: Sequence[int], name: str) -> DraftTree:
     return DraftTree(np.asarray(parent), name=name)
 
 
+@lru_cache(maxsize=64)
 def uniform_tree(K: int, L: int) -> DraftTree:
     """Every node of depth < L has K children: |I| = sum_{l<L} K^l, |V| = sum_{l<=L} K^l."""
     if int(K) < 1:
@@ -152,11 +153,10 @@ def uniform_tree(K: int, L: int) -> DraftTree:
     return _from_widths([K] * L, f"uniform(K={K},L={L})")
 
 
+@lru_cache(maxsize=64)
 def chain(L: int) -> DraftTree:
     """A chain of L drafted states (K = 1)."""
-    t = uniform_tree(1, L)
-    object.__setattr__(t, "name", f"chain(L={L})")
-    return t
+    return _from_widths([1] * int(L), f"chain(L={L})") if int(L) >= 1 else uniform_tree(1, L)
 
 
 def widths_tree(widths: Sequence[int]) -> DraftTree:

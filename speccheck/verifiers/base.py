@@ -65,11 +65,12 @@ def check_verify_inputs(delta, s) -> tuple[Tensor, Tensor]:
     delta = delta.to(torch.float64)
     s64 = s.to(torch.float64)
     if B:
-        bad = ~torch.isfinite(delta) | (delta < 0)
-        if bool(bad.any()):
+        if not bool(delta.min() >= 0) or not bool(torch.isfinite(delta.max())):
+            bad = ~torch.isfinite(delta) | (delta < 0)
             value = float(delta[bad][0])
             raise ValueError(f"delta must be finite and >= 0, got delta={value!r}")
-        if not bool(torch.isfinite(s64).all()):
+        # one reduction: a NaN or inf entry makes the sum non-finite (overflow is re-checked)
+        if not bool(torch.isfinite(s64.sum())) and not bool(torch.isfinite(s64).all()):
             raise ValueError("s must be finite (found NaN or inf)")
     return delta, s64
 
@@ -129,9 +130,10 @@ class ScalarVerifier:
                     torch.zeros(0, dtype=torch.long, device=s64.device))
         s_out, accepted, index = self._kernel(delta, s64, generator)
         zero = delta == 0
-        s_out = torch.where(zero, s64[:, 0], s_out)
-        accepted = accepted | zero
-        index = torch.where(zero, torch.zeros_like(index), index)
+        if bool(zero.any()):
+            s_out = torch.where(zero, s64[:, 0], s_out)
+            accepted = accepted | zero
+            index = torch.where(zero, torch.zeros_like(index), index)
         return s_out.to(in_dtype), accepted, index
 
     def __repr__(self) -> str:

@@ -1,0 +1,147 @@
+"""Theory vs measurement for sampler runs (issue 5): acceptance calibration and predicted NFE.
+
+(a) calibration: observed accepts vs sum_i a(delta_i, K_i) over the verification events, with
+    a = the verifier's own ``acceptance(delta, K)`` when it declares one, else the closed form of
+    speccheck.theory for its name (rmc, dgrs, rass with optimal weights);
+    z = (observed - sum a_i) / sqrt(sum a_i (1 - a_i)) (independent Bernoulli events given deltas).
+(b) predicted E[NFE]: the finite-horizon DP of speccheck.theory.expected_nfe per stochastic block,
+    with the measured acceptance per (root step, depth); compared with the measured mean NFE.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from speccheck.sampler.core import EventLog, SamplerResult
+
+
+def theoretical_acceptance(verifier, delta: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """P(accept) per event (arrays of equal length); uses ``verifier.acceptance`` if present."""
+    delta = np.asarray(delta, dtype=np.float64)
+    K = np.asarray(K, dtype=np.int64)
+    out = np.empty_like(delta)
+    acc_fn = getattr(verifier, "acceptance", None)
+    name = str(getattr(verifier, "name", "")).lower()
+    for k in np.unique(K):
+        sel = K == k
+        d = delta[sel]
+        if acc_fn is not None:
+            out[sel] = np.asarray(acc_fn(d, int(k)), dtype=np.float64)
+            continue
+        from speccheck import theory
+
+        if name.startswith("rmc") or int(k) == 1 and name.startswith(("dgrs", "rass")):
+            out[sel] = theory.acceptance_rmc(d)
+        elif name.startswith("dgrs"):
+            out[sel] = theory.acceptance_dgrs(d, int(k))
+        elif name.startswith("rass"):
+            # optimal weights per distinct delta (cached by the theory module); round to 1e-3
+            dr = np.round(d, 3)
+            uniq, inv = np.unique(dr, return_inverse=True)
+            vals = np.array([float(theory.acceptance_rass(float(x), int(k))) for x in uniq])
+            out[sel] = vals[inv]
+        else:
+            raise ValueError(f"verifier {name!r} declares no acceptance(delta, K) and has no "
+                             "closed form in speccheck.theory")
+    return out
+
+
+def calibration(verifier, events: EventLog, mask: Optional[np.ndarray] = None) -> dict:
+    """Observed vs expected accepts over the (masked) events: {'observed', 'expected', 'z', 'n'}."""
+    sel = np.ones(len(events), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    a = theoretical_acceptance(verifier, events.delta[sel], events.K[sel])
+    obs = float(events.accepted[sel].sum())
+    exp = float(a.sum())
+    var = float((a * (1 - a)).sum())
+    z = (obs - exp) / np.sqrt(var) if var > 0 else (0.0 if obs == exp else np.inf)
+    return {"n_events": int(sel.sum()), "observed_accepts": obs, "expected_accepts": exp,
+            "calibration_z": float(z)}
+
+
+def measured_alpha(events: EventLog, start: int, end: int, L: int, mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """alpha[n - start, j]: observed acceptance at depth j + 1 of rounds rooted at step n in the
+    stochastic block [start, end). Cells without events take the pooled acceptance at that
+    depth (then overall; 0.5 if no events at all)."""
+    sel = np.ones(len(events), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    root = events.step - events.depth + 1
+    sel &= (root >= start) & (root < end) & (events.depth <= L)
+    r = root[sel] - start
+    j = events.depth[sel] - 1
+    acc = events.accepted[sel].astype(np.float64)
+    Nb = end - start
+    num = np.zeros((Nb, L))
+    den = np.zeros((Nb, L))
+    np.add.at(num, (r, j), acc)
+    np.add.at(den, (r, j), 1.0)
+    overall = acc.mean() if acc.size else 0.5
+    pooled = np.where(den.sum(0) > 0, num.sum(0) / np.maximum(den.sum(0), 1), overall)
+    return np.where(den > 0, num / np.maximum(den, 1), pooled[None, :])
+
+
+def stochastic_blocks(stochastic: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs [start, end) of stochastic steps."""
+    blocks, n, N = [], 0, len(stochastic)
+    while n < N:
+        if stochastic[n]:
+            m = n
+            while m < N and stochastic[m]:
+                m += 1
+            blocks.append((n, m))
+            n = m
+        else:
+            n += 1
+    return blocks
+
+
+def predicted_nfe(result: SamplerResult, stochastic: np.ndarray, L: int, prefetch: str,
+                  mask_traj: Optional[np.ndarray] = None) -> float:
+    """E[stochastic-part target calls] from the DP with measured per-(step, depth) acceptance.
+
+    One call per round plus one warm-up per block (prefetch 'none': two calls per round)."""
+    from speccheck.theory import expected_nfe
+
+    ev = result.events
+    mask = None if mask_traj is None else np.asarray(mask_traj, dtype=bool)[ev.traj.astype(np.int64)]
+    total = 0.0
+    for s, e in stochastic_blocks(np.asarray(stochastic)):
+        alpha = measured_alpha(ev, s, e, L, mask)
+        if prefetch == "none":
+            total += 2.0 * expected_nfe(alpha, e - s, L, warmup=0)
+        else:
+            total += expected_nfe(alpha, e - s, L, warmup=1)
+    return float(total)
+
+
+def summarize(result: SamplerResult, verifier, stochastic: np.ndarray, L: int,
+              mask_traj: Optional[np.ndarray] = None) -> dict:
+    """Speed-up (mean, SE), NFE, acceptance, calibration z, predicted NFE for the trajectories
+    in ``mask_traj`` (all by default)."""
+    n = result.nfe.numel()
+    m = np.ones(n, dtype=bool) if mask_traj is None else np.asarray(mask_traj, dtype=bool)
+    nt = int(m.sum())
+    sp = result.speedup.numpy()[m]
+    sp_nw = result.speedup_no_warmup.numpy()[m]
+    nfe = result.nfe.double().numpy()[m]
+    ev_mask = m[result.events.traj.astype(np.int64)]
+    cal = calibration(verifier, result.events, ev_mask)
+    pred = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m)
+    se = lambda a: float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")  # noqa: E731
+    nfe_se = se(nfe)
+    acc = result.n_accepted.numpy()[m].sum() / max(result.n_verified.numpy()[m].sum(), 1)
+    return {
+        "trajectories": nt,
+        "speedup": float(sp.mean()), "speedup_se": se(sp),
+        "speedup_no_warmup": float(sp_nw.mean()), "speedup_no_warmup_se": se(sp_nw),
+        "nfe_mean": float(nfe.mean()), "nfe_se": nfe_se,
+        "root_calls_mean": float(result.root_calls.double().numpy()[m].mean()),
+        "det_calls_mean": float(result.det_calls.double().numpy()[m].mean()),
+        "rounds_mean": float(result.rounds.double().numpy()[m].mean()),
+        "stochastic_steps": int(result.n_stochastic),
+        "acceptance": float(acc),
+        **cal,
+        "predicted_nfe": pred,
+        "predicted_speedup": float(result.n_stochastic / pred),
+        "nfe_z": float((nfe.mean() - pred) / nfe_se) if nfe_se and nfe_se > 0 else float("nan"),
+    }

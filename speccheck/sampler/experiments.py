@@ -1,0 +1,286 @@
+"""Speed-up experiments on the Gaussian-mixture presets (issue 5): one cell, and resumable sweeps.
+
+A *protocol* records every choice that moves measured speed-ups (SPEC section 2): target preset,
+grid, eps, freeze, prefetch, leaves, chain matching, lazy/eager, seed. Speed-up is reported as
+stochastic steps / target calls on the stochastic part (warm-up included); ``speedup_no_warmup``
+drops the warm-up/root calls.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from speccheck.sampler.analysis import summarize
+from speccheck.sampler.core import SpeculativeSampler, resolve_verifier, verifier_name
+from speccheck.sampler.tree import DraftTree, chain, chain_matched, uniform_tree
+from speccheck.targets.gmm import gmm_preset
+from speccheck.targets.schedules import Schedule, make_schedule
+
+
+@dataclass(frozen=True)
+class Protocol:
+    target: str = "gmm-paper"
+    d: Optional[int] = None          # informational (the preset fixes d)
+    grid: str = "uniform"
+    steps: int = 30
+    eps: float = 0.1
+    freeze: str = "velocity"
+    prefetch: str = "nearest"
+    leaves: bool = True
+    chain_match: str = "budget"
+    lazy: bool = True
+
+    def schedule(self) -> Schedule:
+        return make_schedule(self.grid, self.steps, self.eps)
+
+    def key(self) -> str:
+        """Short stable id of the protocol (folder names)."""
+        s = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha1(s.encode()).hexdigest()[:10]
+
+
+PRESETS = {
+    # the paper's section 5.1 setting (d = 500, eps = 0.1, leaves evaluated, chains matched on B)
+    "gmm-paper": Protocol(target="gmm-paper", grid="uniform", steps=30, eps=0.1, freeze="velocity",
+                          prefetch="nearest", leaves=True, chain_match="budget"),
+    # the authors' public code defaults (d = 512, eps = 0.06, flow grid, rows-matched chains)
+    "gmm-d512": Protocol(target="gmm-d512", grid="flow", steps=30, eps=0.06, freeze="velocity",
+                         prefetch="nearest", leaves=False, chain_match="rows"),
+}
+
+
+def preset(name: str, **overrides) -> Protocol:
+    if name not in PRESETS:
+        raise ValueError(f"unknown target preset {name!r}; choose from {sorted(PRESETS)}")
+    over = {k: v for k, v in overrides.items() if v is not None}
+    return replace(PRESETS[name], **over)
+
+
+def cell_tree(verifier, K: int, L: int, proto: Protocol, N_sto: int) -> DraftTree:
+    """The tree run for cell (K, L): a (K, L) tree, or for a K = 1-only verifier (RMC) with
+    K > 1 the chain matched to the (K, L) tree per ``proto.chain_match`` (capped at N_sto)."""
+    supports = getattr(verifier, "supports_K", None)
+    if K == 1 or supports is None or supports(K):
+        return uniform_tree(K, L)
+    if supports is not None and not supports(1):
+        raise ValueError(f"verifier {verifier_name(verifier)!r} supports neither K={K} nor chains")
+    Lc = min(_matched_length(K, L, proto), N_sto)
+    return chain(Lc)
+
+
+def _matched_length(K: int, L: int, proto: Protocol) -> int:
+    # sizes of the (K, L) tree without building it: |V| = sum_{l<=L} K^l, |I| = sum_{l<L} K^l
+    V = sum(K**l for l in range(L + 1))
+    I = V - K**L
+    if proto.chain_match == "budget":
+        return V - 1
+    if proto.chain_match == "rows":
+        return (V - 1) if proto.leaves else I
+    raise ValueError(f"chain_match must be 'budget' or 'rows', got {proto.chain_match!r}")
+
+
+def run_cells(proto: Protocol, verifier, K: int, Ls: Sequence[int], n_traj: int, seed: int,
+              max_nodes: int = 400_000) -> tuple[list[dict], list[dict]]:
+    """Run cells (K, L) for L in Ls with one verifier; all L share one batched run (per-trajectory
+    depth caps). Returns (per-trajectory rows, per-cell summaries)."""
+    ver = resolve_verifier(verifier)
+    target = gmm_preset(proto.target)
+    sched = proto.schedule()
+    N_sto = sched.n_stochastic
+    trees = [cell_tree(ver, K, L, proto, N_sto) for L in Ls]
+    Lmax = max(t.L for t in trees)
+    big = uniform_tree(max(t.max_K for t in trees), Lmax)
+    caps = torch.tensor(np.repeat([t.L for t in trees], n_traj))
+    sp = SpeculativeSampler(target, sched, big, ver, freeze=proto.freeze, prefetch=proto.prefetch,
+                            leaves=proto.leaves, lazy=proto.lazy)
+    g = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(caps.numel(), target.d, generator=g, dtype=torch.float64)
+    if proto.lazy:
+        results = [(slice(0, caps.numel()), sp.run(x0, g, depth_cap=caps))]
+    else:  # eager: chunk trajectories so one round holds <= max_nodes tree nodes
+        per = max(1, max_nodes // big.n_nodes)
+        results = [(slice(i, i + per), sp.run(x0[i:i + per], g, depth_cap=caps[i:i + per]))
+                   for i in range(0, caps.numel(), per)]
+    rows, summaries = [], []
+    name = verifier_name(ver)
+    for ci, (L, tree) in enumerate(zip(Ls, trees)):
+        sel = np.zeros(caps.numel(), dtype=bool)
+        sel[ci * n_traj:(ci + 1) * n_traj] = True
+        summ = _summarize_chunks(results, ver, sched, tree.L, sel)
+        cell = {"rule": name, "K": K, "L": L, "tree": tree.name, "B": tree.budget,
+                "rows_per_round": tree.rows(proto.leaves), "seed": seed}
+        summaries.append({**cell, **summ})
+        for sl, res in results:
+            for j in range(res.nfe.numel()):
+                b = sl.start + j
+                if not sel[b]:
+                    continue
+                rows.append({**cell, "traj": b - ci * n_traj, "nfe": int(res.nfe[j]),
+                             "root_calls": int(res.root_calls[j]), "det_calls": int(res.det_calls[j]),
+                             "rounds": int(res.rounds[j]), "accepted": int(res.n_accepted[j]),
+                             "verified": int(res.n_verified[j]), "stochastic_steps": res.n_stochastic,
+                             "speedup": float(res.speedup[j])})
+    return rows, summaries
+
+
+def _summarize_chunks(results, ver, sched, L, sel) -> dict:
+    """Summaries over chunked results: merge per-chunk summaries by trajectory count."""
+    parts = []
+    for sl, res in results:
+        m = sel[sl.start: sl.start + res.nfe.numel()]
+        if m.any():
+            parts.append((res, m))
+    if len(parts) == 1:
+        res, m = parts[0]
+        return summarize(res, ver, sched.stochastic, L, m)
+    from speccheck.sampler.core import SamplerResult, EventLog
+    # concatenate results of the chunks (events' traj ids offset)
+    off, evs, fields = 0, [], {}
+    for res, m in parts:
+        e = res.events
+        evs.append(EventLog(**{k: (getattr(e, k) + off if k == "traj" else getattr(e, k))
+                               for k in EventLog.__dataclass_fields__}))
+        off += res.nfe.numel()
+    cat = lambda name: torch.cat([getattr(r, name) for r, _ in parts])  # noqa: E731
+    merged = SamplerResult(x=cat("x"), nfe=cat("nfe"), root_calls=cat("root_calls"), det_calls=cat("det_calls"),
+                           rounds=cat("rounds"), n_accepted=cat("n_accepted"), n_verified=cat("n_verified"),
+                           commit_depth=cat("commit_depth"),
+                           events=EventLog(**{k: np.concatenate([getattr(e, k) for e in evs])
+                                              for k in EventLog.__dataclass_fields__}),
+                           n_stochastic=parts[0][0].n_stochastic, batch_calls=sum(r.batch_calls for r, _ in parts),
+                           lazy_eval_calls=0, protocol=parts[0][0].protocol)
+    return summarize(merged, ver, sched.stochastic, L, np.concatenate([m for _, m in parts]))
+
+
+def speedup_run(proto: Protocol, verifier: str, K: int, L: int, n_traj: int, seed: int) -> dict:
+    """One cell with the full record (the ``speccheck speedup`` JSON)."""
+    _, summ = run_cells(proto, verifier, K, [L], n_traj, seed)
+    out = dict(summ[0])
+    out["protocol"] = asdict(proto)
+    out["schedule"] = proto.schedule().describe()
+    out["mixture_seed"] = gmm_preset(proto.target).seed
+    out["speedup_definition"] = ("mean over trajectories of stochastic steps / target calls on the "
+                                 "stochastic part, warm-up call included; deterministic Euler steps "
+                                 "are run separately and not credited")
+    return out
+
+
+# ---------------------------------------------------------------------------- sweeps
+TRAJ_FIELDS = ["rule", "K", "L", "tree", "B", "rows_per_round", "seed", "traj", "nfe", "root_calls",
+               "det_calls", "rounds", "accepted", "verified", "stochastic_steps", "speedup"]
+
+
+def _cell_seed(seed: int, rule: str, K: int) -> int:
+    h = hashlib.sha1(f"{seed}/{rule}/{K}".encode()).hexdigest()
+    return int(h[:8], 16)
+
+
+def sweep(proto: Protocol, verifiers: Sequence[str], Ks: Iterable[int], Ls: Iterable[int],
+          n_traj: int, seed: int, out_dir: str, cells: Optional[Sequence[tuple[int, int]]] = None,
+          log=print) -> str:
+    """Run every (rule, K, L) cell not yet complete in ``out_dir``; append one row per trajectory
+    to trajectories.csv (resumable), then rewrite summary.csv / summary.md. Returns out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "protocol.json"), "w") as f:
+        json.dump({**asdict(proto), "seed": seed, "trajectories": n_traj,
+                   "schedule": proto.schedule().describe(),
+                   "mixture_seed": gmm_preset(proto.target).seed}, f, indent=2)
+    path = os.path.join(out_dir, "trajectories.csv")
+    done = _done_cells(path, n_traj)
+    todo = list(cells) if cells is not None else [(K, L) for K in Ks for L in Ls]
+    summ_path = os.path.join(out_dir, "cells.jsonl")
+    for rule in verifiers:
+        ver = resolve_verifier(rule)
+        name = verifier_name(ver)
+        byK: dict[int, list[int]] = {}
+        for K, L in todo:
+            if (name, K, L) not in done:
+                byK.setdefault(K, []).append(L)
+        for K, Lrem in sorted(byK.items()):
+            rows, summaries = run_cells(proto, ver, K, sorted(Lrem), n_traj, _cell_seed(seed, name, K))
+            # a crash mid-write leaves an incomplete cell, which is re-run (and de-duplicated)
+            new = not os.path.exists(path)
+            with open(path, "a", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=TRAJ_FIELDS)
+                if new:
+                    w.writeheader()
+                w.writerows(rows)
+            with open(summ_path, "a") as f:
+                for s in summaries:
+                    f.write(json.dumps(s) + "\n")
+            for s in summaries:
+                log(f"{name} K={K} L={s['L']}: speedup {s['speedup']:.3f} +- {s['speedup_se']:.3f} "
+                    f"(predicted {s['predicted_speedup']:.3f}, z_cal {s['calibration_z']:+.2f})")
+    write_summary(out_dir)
+    return out_dir
+
+
+def _done_cells(path: str, n_traj: int) -> set:
+    if not os.path.exists(path):
+        return set()
+    counts: dict = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            key = (r["rule"], int(r["K"]), int(r["L"]))
+            counts.setdefault(key, set()).add(int(r["traj"]))
+    return {k for k, v in counts.items() if len(v) >= n_traj}
+
+
+def write_summary(out_dir: str) -> list[dict]:
+    """summary.csv/.md: per cell, from trajectories.csv (speed-up mean and SE) and the latest
+    theory record in cells.jsonl (prediction, calibration)."""
+    path = os.path.join(out_dir, "trajectories.csv")
+    if not os.path.exists(path):
+        return []
+    cells: dict = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            key = (r["rule"], int(r["K"]), int(r["L"]))
+            cells.setdefault(key, {})[int(r["traj"])] = (float(r["speedup"]), float(r["nfe"]), r)
+    theory = {}
+    sp = os.path.join(out_dir, "cells.jsonl")
+    if os.path.exists(sp):
+        with open(sp) as f:
+            for line in f:
+                s = json.loads(line)
+                theory[(s["rule"], s["K"], s["L"])] = s
+    out = []
+    for key in sorted(cells):
+        vals = np.array([v[0] for v in cells[key].values()])
+        nfe = np.array([v[1] for v in cells[key].values()])
+        r0 = next(iter(cells[key].values()))[2]
+        th = theory.get(key, {})
+        out.append({"rule": key[0], "K": key[1], "L": key[2], "tree": r0["tree"], "B": int(r0["B"]),
+                    "trajectories": vals.size, "speedup": vals.mean(),
+                    "speedup_se": vals.std(ddof=1) / np.sqrt(vals.size) if vals.size > 1 else float("nan"),
+                    "nfe_mean": nfe.mean(),
+                    "predicted_nfe": th.get("predicted_nfe", float("nan")),
+                    "predicted_speedup": th.get("predicted_speedup", float("nan")),
+                    "speedup_no_warmup": th.get("speedup_no_warmup", float("nan")),
+                    "acceptance": th.get("acceptance", float("nan")),
+                    "calibration_z": th.get("calibration_z", float("nan")),
+                    "nfe_z": th.get("nfe_z", float("nan"))})
+    if out:
+        with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(out[0]))
+            w.writeheader()
+            w.writerows(out)
+        with open(os.path.join(out_dir, "summary.md"), "w") as f:
+            f.write("speed-up = stochastic steps / target calls (warm-up included); mean +- SE over "
+                    "trajectories; predicted = DP of speccheck.theory.expected_nfe with measured "
+                    "per-(step, depth) acceptance\n\n")
+            f.write("| rule | K | L | tree | B | speed-up | SE | predicted | no warm-up | acceptance | z_cal | z_nfe |\n")
+            f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            for r in out:
+                f.write(f"| {r['rule']} | {r['K']} | {r['L']} | {r['tree']} | {r['B']} | {r['speedup']:.3f} | "
+                        f"{r['speedup_se']:.3f} | {r['predicted_speedup']:.3f} | {r['speedup_no_warmup']:.3f} | "
+                        f"{r['acceptance']:.3f} | {r['calibration_z']:+.2f} | {r['nfe_z']:+.2f} |\n")
+    return out

@@ -1,0 +1,201 @@
+"""Trajectory-level exactness tests of the speculative sampler (SPEC section 2).
+
+Under the target chain the innovations xi_n = (Y_{n+1} - m^q_n(Y_n)) / sigma_n of the stochastic
+steps are i.i.d. N(0, I_d) and independent of the past; an exact sampler must reproduce that,
+also within each stratum of a past-measurable variable (the depth inside its round at which
+step n + 1 was committed). For Gaussian data the whole chain law is Gaussian and known
+exactly (:func:`speccheck.targets.gaussian.chain_law`): a one-sample reference.
+
+Every test returns :class:`CheckResult` records with a p-value; a family of m tests run at
+total false-failure rate alpha uses the Bonferroni level alpha / m per test.
+
+Entry points for the battery: :func:`run_trajectory_checks` (and the two building blocks
+:func:`innovation_checks`, :func:`gaussian_chain_checks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+from scipy import stats
+
+from speccheck.sampler.core import SamplerResult, SpeculativeSampler, resolve_verifier, verifier_name
+from speccheck.sampler.tree import chain, uniform_tree
+from speccheck.targets.gaussian import GaussianData, chain_law
+from speccheck.targets.gmm import GaussianMixture
+from speccheck.targets.schedules import Schedule, shifted
+
+MIN_STRATUM = 20  # strata with fewer innovations are merged into "rare"
+
+
+@dataclass
+class CheckResult:
+    """One statistical test: passed = p_value >= level (level = alpha / m, Bonferroni)."""
+
+    name: str
+    statistic: float
+    p_value: float
+    level: float
+    passed: bool
+    detail: dict = field(default_factory=dict)
+
+
+def _ks(x: np.ndarray) -> tuple[float, float]:
+    r = stats.kstest(x, "norm")
+    return float(r.statistic), float(r.pvalue)
+
+
+def _chi2_two_sided(q: float, dof: int) -> float:
+    lo = stats.chi2.cdf(q, dof)
+    hi = stats.chi2.sf(q, dof)
+    return float(min(1.0, 2 * min(lo, hi)))
+
+
+def _z_two_sided(z: float) -> float:
+    return float(2 * stats.norm.sf(abs(z)))
+
+
+def innovations(states: torch.Tensor, target, schedule: Schedule, cond: Optional[torch.Tensor] = None):
+    """xi[b, n] for every stochastic step n: returns (xi [n_traj, n_sto, d_flat], steps (n_sto,),
+    dir_state [n_traj, n_sto, d] unit Y_n, dir_vel [.., d] unit v_{t_n}(Y_n))."""
+    steps = np.nonzero(schedule.stochastic)[0]
+    nb = states.shape[0]
+    Y = states[:, steps]                                       # [nb, S, *shape]
+    Y1 = states[:, steps + 1]
+    S = steps.size
+    rows = Y.reshape(nb * S, *states.shape[2:])
+    t = torch.tensor(schedule.t[steps], dtype=states.dtype).repeat(nb)
+    c_rows = None if cond is None else cond.repeat_interleave(S)
+    v = target.velocity(rows, t, c_rows).reshape(Y.shape)
+    a = torch.tensor(schedule.a[steps], dtype=states.dtype)
+    c = torch.tensor(schedule.c[steps], dtype=states.dtype)
+    sig = torch.tensor(schedule.sigma[steps], dtype=states.dtype)
+    sh = (1, S) + (1,) * (Y.dim() - 2)
+    mq = a.reshape(sh) * Y + c.reshape(sh) * v
+    xi = ((Y1 - mq) / sig.reshape(sh)).flatten(2)
+    unit = lambda z: z.flatten(2) / z.flatten(2).norm(dim=2, keepdim=True).clamp_min(1e-300)  # noqa: E731
+    return xi, steps, unit(Y), unit(v)
+
+
+def innovation_checks(result: SamplerResult, target, schedule: Schedule, *, alpha: float,
+                      cond: Optional[torch.Tensor] = None, label: str = "") -> list[CheckResult]:
+    """Innovation test stratified by commit depth: per stratum (1) KS of all coordinates vs
+    N(0, 1), (2) chi-square of sum ||xi||^2 with d * count dof, (3) z and KS of the projections
+    on the past-measurable unit vectors Y_n/|Y_n| and v(Y_n)/|v(Y_n)|. Bonferroni over all."""
+    if result.states is None:
+        raise ValueError("innovation_checks needs a run with record_states=True")
+    xi, steps, uy, uv = innovations(result.states, target, schedule, cond)
+    depth = result.commit_depth[:, steps]                    # [nb, S]
+    d = xi.shape[2]
+    strata = {}
+    for l in torch.unique(depth).tolist():
+        m = depth == l
+        key = f"depth{l}" if int(m.sum()) >= MIN_STRATUM else "rare"
+        strata.setdefault(key, torch.zeros_like(m))
+        strata[key] |= m
+    strata["all"] = torch.ones_like(depth, dtype=torch.bool)
+    raw = []
+    for key, m in strata.items():
+        x = xi[m]                                            # [cnt, d]
+        cnt = x.shape[0]
+        if cnt == 0:
+            continue
+        s, p = _ks(x.reshape(-1).numpy())
+        raw.append((f"innovation{label}[{key}] coordinates KS", s, p, {"count": cnt}))
+        q = float((x**2).sum())
+        raw.append((f"innovation{label}[{key}] chi2 of |xi|^2", q / (cnt * d), _chi2_two_sided(q, cnt * d),
+                    {"count": cnt, "dof": cnt * d}))
+        for nm, u in (("state-direction", uy), ("velocity-direction", uv)):
+            proj = (x * u[m]).sum(1).numpy()
+            z = float(proj.sum() / np.sqrt(cnt))
+            raw.append((f"innovation{label}[{key}] {nm} mean z", z, _z_two_sided(z), {"count": cnt}))
+            s, p = _ks(proj)
+            raw.append((f"innovation{label}[{key}] {nm} KS", s, p, {"count": cnt}))
+    level = alpha / len(raw)
+    return [CheckResult(n, float(s), float(p), level, bool(p >= level), det) for n, s, p, det in raw]
+
+
+def gaussian_chain_checks(result: SamplerResult, target: GaussianData, schedule: Schedule, *,
+                          alpha: float, init_mean: float = 0.0, init_var: float = 1.0,
+                          label: str = "") -> list[CheckResult]:
+    """Y_n against the exact chain law at every step n >= 1: KS of the standardised coordinates
+    and chi-square of sum ||Y_n - mean_n||^2 / var_n; lag-one: z-test of the standardised
+    innovation of the exact affine chain, (Y_{n+1} - gain_n Y_n - offset_n) / sigma_n, against
+    N(0, 1) (mean and variance). Bonferroni over all."""
+    if result.states is None:
+        raise ValueError("gaussian_chain_checks needs a run with record_states=True")
+    law = chain_law(schedule, target, init_mean, init_var)
+    Y = result.states.double().numpy()                       # [nb, N+1, d]
+    nb, N1, d = Y.shape
+    raw = []
+    for n in range(1, N1):
+        Z = (Y[:, n] - law.mean[n]) / np.sqrt(law.var[n])
+        s, p = _ks(Z.reshape(-1))
+        raw.append((f"chain-law{label} step {n} KS", s, p, {}))
+        q = float((Z**2).sum())
+        raw.append((f"chain-law{label} step {n} chi2", q / Z.size, _chi2_two_sided(q, Z.size), {}))
+    sto = np.nonzero(schedule.sigma > 0)[0]
+    E = np.stack([(Y[:, n + 1] - law.gain[n] * Y[:, n] - law.offset[n]) / schedule.sigma[n] for n in sto], 1)
+    z = float(E.sum() / np.sqrt(E.size))
+    raw.append((f"chain-law{label} transitions mean z", z, _z_two_sided(z), {"count": int(E.size)}))
+    q = float((E**2).sum())
+    raw.append((f"chain-law{label} transitions chi2", q / E.size, _chi2_two_sided(q, E.size), {}))
+    level = alpha / len(raw)
+    return [CheckResult(n, float(s), float(p), level, bool(p >= level), det) for n, s, p, det in raw]
+
+
+def default_schedule(N: int = 12, eps: float = 0.5) -> Schedule:
+    """Non-uniform (shifted, k = 2) grid used by the trajectory checks: sigma_n varies by step."""
+    return shifted(N, eps, 2.0, t_start=0.95, t_end=0.02)
+
+
+def small_mixture(d: int = 6, seed: int = 7) -> GaussianMixture:
+    rng = np.random.default_rng(seed)
+    means = rng.uniform(-1.5, 1.5, size=(3, d))
+    stds = rng.uniform(0.2, 0.4, size=3)
+    return GaussianMixture(means, stds, seed=seed, name="gmm-small")
+
+
+def run_trajectory_checks(verifier, *, n_traj: int = 300, seed: int = 0, alpha: float = 1e-3,
+                          sampler_factory: Optional[Callable] = None, lazy: bool = True,
+                          K: int = 2, L: int = 3, d: int = 6) -> list[CheckResult]:
+    """The trajectory layer of the exactness battery for one verifier.
+
+    Runs the speculative sampler (``sampler_factory(target, schedule, tree, verifier, **protocol)``,
+    default :class:`SpeculativeSampler`; pass a factory from
+    :data:`speccheck.validation.sampler_mutants.SAMPLER_MUTANTS` to test a mutant) with a
+    (K, L) tree (a chain of length L if the verifier does not support K), velocity freeze and
+    'nearest' prefetch, on (i) Gaussian data N(m, 0.5^2 I_d) -> innovation test + exact chain
+    law, (ii) a 3-component mixture in d dims -> innovation test. Each of the three families
+    gets alpha / 3, so the probability that an exact sampler fails any check is <= alpha.
+    Returns all CheckResult records (``all(r.passed for r in ...)`` is the verdict).
+    """
+    if n_traj < 20:
+        raise ValueError(f"n_traj must be >= 20, got {n_traj}")
+    if not (0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    ver = resolve_verifier(verifier)
+    supports = getattr(ver, "supports_K", None)
+    tree = uniform_tree(K, L) if (supports is None or supports(K)) else chain(L)
+    factory = sampler_factory or SpeculativeSampler
+    sched = default_schedule()
+    out: list[CheckResult] = []
+    g = torch.Generator().manual_seed(seed)
+    gauss = GaussianData(np.linspace(-1.0, 1.0, d), 0.5)
+    mix = small_mixture(d)
+    for name, target in (("gaussian", gauss), ("mixture", mix)):
+        sp = factory(target, sched, tree, ver, freeze="velocity", prefetch="nearest", leaves=False, lazy=lazy)
+        x0 = torch.randn(n_traj, d, generator=g, dtype=torch.float64)
+        res = sp.run(x0, g, record_states=True)
+        tag = f"({name}, {verifier_name(ver)}, {tree.name})"
+        out += innovation_checks(res, target, sched, alpha=alpha / 3, label=tag)
+        if name == "gaussian":
+            out += gaussian_chain_checks(res, target, sched, alpha=alpha / 3, label=tag)
+    return out
+
+
+def failed(results: list[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if not r.passed]
