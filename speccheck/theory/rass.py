@@ -271,24 +271,38 @@ def _solve_lp_cvxpy(q, A, w_quad) -> tuple[np.ndarray, float]:
     return w / w.sum(), float(prob.value)
 
 
+_KINKS: dict[int, dict[float, np.ndarray]] = {}  # K -> {delta: kinks of its optimum}
+
+
+def _nearest_kinks(d: float, K: int, radius: float = 0.1) -> np.ndarray | None:
+    solved = _KINKS.get(K)
+    if not solved:
+        return None
+    near = min(solved, key=lambda x: abs(x - d))
+    return solved[near] if abs(near - d) <= radius else None
+
+
 def _two_pass(d: float, K: int, solve, max_passes: int = 4) -> tuple[np.ndarray, float]:
-    """Pass 1 on coarse panels only locates the kinks of min(q, p_omega); later passes break
-    their panels at the previous optimum's kinks (with small panels around each), so that no
-    quadrature panel straddles a kink; repeat while a kink moved by more than 0.01."""
-    nodes, wq = _lp_nodes(_panel_breaks(d, K, 2 * PANEL_WIDTH), order=4)
-    q, A, log_scale = lp_matrices(d, K, nodes)
-    w, val = solve(q, A, wq)
+    """Pass 1 on coarse panels only locates the kinks of min(q, p_omega) (skipped when a
+    solved delta within 0.1 gives them); later passes break their panels at the previous
+    optimum's kinks (with small panels around each), so that no quadrature panel straddles a
+    kink; repeat while a kink moved by more than 0.01."""
     lo, hi = _lp_domain(d, K)
-    used = np.empty(0)
-    for _ in range(max_passes - 1):
+    kinks = _nearest_kinks(d, K)
+    if kinks is None:
+        nodes, wq = _lp_nodes(_panel_breaks(d, K, 2 * PANEL_WIDTH), order=4)
+        q, A, log_scale = lp_matrices(d, K, nodes)
+        w, val = solve(q, A, wq)
         kinks = crossings(d, K, w, lo=lo, hi=hi, step=0.05)
-        if used.size and kinks.size == used.size and np.all(np.abs(kinks - used) < 0.01):
-            break
-        used = kinks
+    for _ in range(max_passes - 1):
         breaks = (kinks[:, None] + np.array([-0.1, -0.02, 0.0, 0.02, 0.1])).ravel()
         nodes, wq = _lp_nodes(_panel_breaks(d, K, PANEL_WIDTH, breaks))
         q, A, log_scale = lp_matrices(d, K, nodes)
         w, val = solve(q, A, wq)
+        used, kinks = kinks, crossings(d, K, w, lo=lo, hi=hi, step=0.05)
+        if kinks.size == used.size and np.all(np.abs(kinks - used) < 0.01):
+            break
+    _KINKS.setdefault(K, {})[d] = kinks
     return w, val * np.exp(log_scale)
 
 
