@@ -29,7 +29,7 @@ def claims() -> list[tuple[str, str, str]]:
     k1 = max(np.max(np.abs(acceptance_dgrs(d, 1) - acceptance_rmc(d))),
              max(abs(acceptance_rass(x, 1) - acceptance_rmc(x)) for x in d))
     rows.append(("K = 1 of D-GRS and RASS recovers 2 Phibar(delta/2)", "exact",
-                 f"max |difference| {k1:.1e} over 200 deltas in [1e-6, 40]"))
+                 f"max abs difference {k1:.1e} over 200 deltas in [1e-6, 40]"))
     loss, gap, worst_gap, dgrs_ok = 0.0, 0.0, None, True
     for K in KS:
         for x in DELTAS:
@@ -40,7 +40,7 @@ def claims() -> list[tuple[str, str, str]]:
                 gap, worst_gap = g, (K, float(x))
             dgrs_ok &= bool(acceptance_dgrs(x, K) <= s.acceptance + 1e-12)
     rows.append(("RASS quadrature loss, K in {2,3,4,6,8} x 14 deltas in [0.01, 6]", "<= 2.1e-5",
-                 f"max {loss:.1e} ({2.1e-5 / loss:.0f}x smaller); |LP objective - exact integral| at the LP optimum"))
+                 f"max {loss:.1e} ({2.1e-5 / loss:.0f}x smaller); abs(LP objective - exact integral) at the LP optimum"))
     fine = max((float(list_bound_iid(x, K)) - acceptance_rass(x, K), K, x)
                for K in KS for x in np.linspace(0.2, 1.6, 29))
     rows.append(("largest gap of RASS to the i.i.d.-list bound on that grid", "3.7e-2",
@@ -50,7 +50,7 @@ def claims() -> list[tuple[str, str, str]]:
     for K in (4, 8):
         w = rank_weight_solution(0.01, K).omega
         rows.append((f"weights near uniform as delta -> 0 (K = {K})", "yes",
-                     f"max |omega_r - 1/K| = {np.abs(w - 1 / K).max():.3f} at delta = 0.01"))
+                     f"max abs(omega_r - 1/K) = {np.abs(w - 1 / K).max():.3f} at delta = 0.01"))
     for K, paper in ((4, "~2"), (8, "~2.5")):
         grid = np.round(np.arange(0.5, 6.0001, 0.05), 2)
         top = np.array([rank_weight_solution(float(x), K).omega[-1] for x in grid])
