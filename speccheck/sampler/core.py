@@ -529,7 +529,7 @@ class _LazySource:
         mean = sp._mp(y_src, k, sx, st, sv)
         W = y_u.shape[0]
         noise = torch.randn(W, K, *y_u.shape[1:], generator=self.run.gen, dtype=y_u.dtype)
-        return mean.unsqueeze(1) + _bc(sp._sig[kn].to(y_u.dtype), noise) * noise
+        return noise.mul_(_bc(sp._sig[kn].to(y_u.dtype), noise)).add_(mean.unsqueeze(1))
 
     def _is_eval(self, w, nodes, depth):
         """nodes: ids (any shape, leading dim matching w); depth: their depth."""

@@ -48,23 +48,25 @@ class DraftTree:
         if np.any(depth < 0):
             raise ValueError("parent map is not a rooted tree (cycle or unreachable node)")
         # canonical order: by (depth, parent's new index, old index)
-        order = [0]
         new_of = np.full(V, -1, dtype=np.int64)
         new_of[0] = 0
+        order_parts = [np.zeros(1, dtype=np.int64)]
+        count = 1
         for l in range(1, int(depth.max()) + 1):
             nodes = np.where(depth == l)[0]
-            key = np.lexsort((nodes, new_of[par[nodes]]))
-            for v in nodes[key]:
-                new_of[v] = len(order)
-                order.append(v)
-        order = np.asarray(order)
+            nodes = nodes[np.lexsort((nodes, new_of[par[nodes]]))]
+            new_of[nodes] = count + np.arange(nodes.size)
+            count += nodes.size
+            order_parts.append(nodes)
+        order = np.concatenate(order_parts)
         new_par = np.where(par[order] >= 0, new_of[np.maximum(par[order], 0)], -1)
         new_par[0] = -1
         depth = depth[order]
         n_children = np.bincount(new_par[1:], minlength=V).astype(np.int64)
         first_child = np.full(V, -1, dtype=np.int64)
-        for v in range(V - 1, 0, -1):
-            first_child[new_par[v]] = v
+        if V > 1:
+            uniq, first = np.unique(new_par[1:], return_index=True)   # children are contiguous
+            first_child[uniq] = first + 1
         layers = tuple(np.where(depth == l)[0] for l in range(int(depth.max()) + 1))
         object.__setattr__(self, "parent", new_par)
         object.__setattr__(self, "depth", depth)
@@ -129,18 +131,16 @@ def _truncate_cached(tree: DraftTree, m: int) -> DraftTree:
 
 
 def _from_widths(widths: Sequence[int], name: str) -> DraftTree:
-    parent = [-1]
-    prev = [0]
+    parts = [np.array([-1], dtype=np.int64)]
+    n_prev, off_prev, count = 1, 0, 1
     for w in widths:
         if int(w) < 1:
             raise ValueError(f"every width must be >= 1, got {list(widths)}")
-        cur = []
-        for u in prev:
-            for _ in range(int(w)):
-                cur.append(len(parent))
-                parent.append(u)
-        prev = cur
-    return DraftTree(np.asarray(parent), name=name)
+        n_cur = n_prev * int(w)
+        parts.append(off_prev + np.arange(n_cur, dtype=np.int64) // int(w))
+        off_prev, n_prev = count, n_cur
+        count += n_cur
+    return DraftTree(np.concatenate(parts), name=name)
 
 
 @lru_cache(maxsize=64)

@@ -42,8 +42,9 @@ _ARCHS = {
 }
 
 
-class EDMCodeMissingError(ImportError):
-    """An EDM pickle cannot be unpickled because the module it was saved with is not importable."""
+class EDMCodeMissingError(ImportError, ValueError):
+    """An EDM pickle cannot be unpickled because the module it was saved with is not importable
+    (also a ValueError, so the CLI reports it as bad input with exit code 2)."""
 
 
 def edm_coefficients(
@@ -260,6 +261,17 @@ def load_edm_denoiser(path: str, map_location: str | torch.device = "cpu") -> nn
         if isinstance(obj, dict) and "state_dict" in obj and "arch" in obj:
             net = build_arch(obj["arch"], obj.get("config", {}))
             net.load_state_dict(obj["state_dict"])
+            return net.to(map_location).eval()
+        if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            # a bare state dict: speccheck's default digits denoiser, if the keys fit
+            net = build_arch("digits-mlp", {})
+            try:
+                net.load_state_dict(obj)
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"{path!r} is a bare state dict that does not fit the default digits-mlp network "
+                    f"(save {{'arch', 'config', 'state_dict'}} instead): {str(exc).splitlines()[0]}"
+                ) from exc
             return net.to(map_location).eval()
         raise ValueError(
             f"{path!r} is a torch file but not a speccheck checkpoint (expected keys 'arch', 'config', 'state_dict')"

@@ -127,11 +127,14 @@ def shifted(N: int, eps: float, k: float, t_start: float = 0.999, t_end: float =
 
 
 def flow_matching(N: int, eps: float, shift: float = 1.0) -> Schedule:
-    """diffusers' FlowMatchEulerDiscreteScheduler grid at its defaults (1000 train steps):
-    t_i = linspace(1000, 1, N)[i] / 1000, then the shift, plus a terminal t = 0 (N steps).
+    """diffusers' FlowMatchEulerDiscreteScheduler grid (1000 train steps, no dynamic shifting):
+    at its defaults (shift = 1) t_i = linspace(1000, 1, N)[i] / 1000, plus a terminal t = 0
+    (N steps). With shift k it reproduces diffusers' set_timesteps: the linspace runs from 1 to
+    the *shifted* smallest training sigma k(1/1000) and is then shifted again.
     Its first step (t = 1) and last step (to t = 0) are deterministic."""
     _check_N(N)
-    t = np.linspace(1000.0, 1.0, N) / 1000.0
+    t_min = float(shift_times(np.array(1.0 / 1000.0), shift))
+    t = np.linspace(1.0, t_min, N)
     t = shift_times(t, shift)
     return Schedule(np.append(t, 0.0), eps, f"flow(shift={shift})")
 

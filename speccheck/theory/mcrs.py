@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 DEFAULT_G = 160  # policy cells
+_GRID = "chebyshev"  # policy cell placement: "chebyshev" or "quantile" (uniform in m^K)
 _TOP_RANK_DELTA = 12.0  # beyond this delta the LP is skipped: pi_K = 1 (RASS top rank)
 
 
@@ -73,8 +74,16 @@ def mcrs_edges(K: int, G: int = DEFAULT_G) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"G must be an integer >= 1, got G={G!r}")
     G = int(G)
     j = np.arange(G + 1, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        lg = np.log(j / G) / K
+    if _GRID == "chebyshev":
+        # v_j = sin^2(pi j / 2G) (and 1 - v_j = cos^2): equal-probability cells for the max,
+        # refined quadratically at both ends where the optimal policy moves fastest
+        v = np.sin(0.5 * np.pi * j / G) ** 2
+        with np.errstate(divide="ignore"):
+            lg = np.log(v) / K
+            lg = np.where(v > 0.5, np.log1p(-np.cos(0.5 * np.pi * j / G) ** 2) / K, lg)
+    else:
+        with np.errstate(divide="ignore"):
+            lg = np.log(j / G) / K
     a = np.exp(lg)
     abar = -np.expm1(lg)
     a[0], abar[0] = 0.0, 1.0
@@ -191,9 +200,12 @@ def constant_policy(omega, G: int = DEFAULT_G) -> MCRSPolicy:
 
 
 # ----------------------------------------------------------------------------- quadrature
-_GL_T, _GL_W = np.polynomial.legendre.leggauss(6)
-_GL_T = 0.5 * (_GL_T + 1.0)
-_GL_W = 0.5 * _GL_W
+def _gl(n: int):
+    t, w = np.polynomial.legendre.leggauss(n)
+    return 0.5 * (t + 1.0), 0.5 * w
+
+
+_GL_T, _GL_W = _gl(6)
 
 
 def _breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
@@ -212,17 +224,18 @@ def _breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
     return u[keep], y[keep]
 
 
-def _quadrature(bu: np.ndarray, by: np.ndarray):
+def _quadrature(bu: np.ndarray, by: np.ndarray, n_gl: int = 6):
     """Gauss-Legendre nodes (u, y) and weights du on each interval between break points."""
     ulo, uhi, ylo, yhi = bu[:-1], bu[1:], by[:-1], by[1:]
     lower = uhi <= 0.5
-    t = _GL_T[None, :]
+    gt, gw = _gl(n_gl)
+    t = gt[None, :]
     u_l = ulo[:, None] + (uhi - ulo)[:, None] * t
     y_u = ylo[:, None] + (yhi - ylo)[:, None] * t  # y decreasing along the interval
     u = np.where(lower[:, None], u_l, 1.0 - y_u)
     y = np.where(lower[:, None], 1.0 - u_l, y_u)
     width = np.where(lower, uhi - ulo, ylo - yhi)
-    w = width[:, None] * _GL_W[None, :]
+    w = width[:, None] * gw[None, :]
     keep = width > 0
     return u[keep].ravel(), y[keep].ravel(), w[keep].ravel()
 
@@ -248,89 +261,30 @@ def _design_matrix(u, y, K, a, abar):
     return A.reshape(u.shape[0], G * K)
 
 
-def _lp_problem(delta: float, K: int, G: int, n_target: int):
-    """The policy LP in a sparse form: besides pi (G*K) and the hinges h (M) it carries the
-    moments M_{r,j,p} as variables, tied by the exact recursion
-    M_{r,j,p} = pi_{r,j+1} D^(p+1)/(p+1) + sum_{q<=p} binom(p,q) D^(p-q) M_{r,j+1,q},
-    D = a_{j+2} - a_{j+1}; each g(x_i) row then has O(K^2) nonzeros instead of O(G K).
-    The moment variables are scaled, V_{r,j,p} = M_{r,j,p} / L_j^(p+1) with L_j = 1 - a_{j+1},
-    so that every coefficient lies in [0, O(C_r)]."""
+def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6) -> MCRSPolicy:
+    """Dense LP: variables [pi (G*K), h (M)]; max w.h s.t. h - A pi <= 0, sum_r pi_{r,j} = 1,
+    0 <= h <= f. (A sparse moment-recursion form was tried: HiGHS is far slower on it.)"""
     a, abar = mcrs_edges(K, G)
     bu, by = _breakpoints(delta, a, abar, n_target)
-    u, y, w = _quadrature(bu, by)
+    u, y, w = _quadrature(bu, by, n_gl)
     f = np.exp(_log_f(u, y, delta))
-    n_nodes = u.shape[0]
-    C = _rank_coeffs(K)
-    P = K * (K - 1) // 2  # moments per cell
-    off = np.concatenate([[0], np.cumsum(K - np.arange(1, K))])  # off[r-1] for rank r
-    n_pi = G * K
-    n_mom = (G - 1) * P
-    n_var = n_pi + n_mom + n_nodes
-
-    def pi_idx(j, r):
-        return j * K + (r - 1)
-
-    def mom_idx(j, r, p):
-        return n_pi + j * P + off[r - 1] + p
-
-    # equalities: simplex rows, then the moment recursion
-    rows, cols, vals = [], [], []
-    G_rows = np.arange(G)
-    for r in range(1, K + 1):
-        rows.append(G_rows), cols.append(pi_idx(G_rows, r)), vals.append(np.ones(G))
-    eq_row = G
-    if G > 1:
-        jj = np.arange(G - 1)
-        D = np.where(a[jj + 1] > 0.5, abar[jj + 1] - abar[jj + 2], a[jj + 2] - a[jj + 1])
-        L = abar[jj + 1]
-        t_ = D / L  # D / L_j
-        s_ = abar[jj + 2] / L  # L_{j+1} / L_j
-        for r in range(1, K):
-            for p in range(K - r):
-                rid = eq_row + jj
-                eq_row += G - 1
-                rows.append(rid), cols.append(mom_idx(jj, r, p)), vals.append(np.ones(G - 1))
-                rows.append(rid), cols.append(pi_idx(jj + 1, r)), vals.append(-(t_ ** (p + 1)) / (p + 1))
-                nxt = jj + 1 < G - 1
-                for q in range(p + 1):
-                    rows.append(rid[nxt]), cols.append(mom_idx(jj[nxt] + 1, r, q))
-                    vals.append(-math.comb(p, q) * t_[nxt] ** (p - q) * s_[nxt] ** (q + 1))
-    A_eq = sparse.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(eq_row, n_var)
+    M = u.shape[0]
+    A = sparse.csr_matrix(_design_matrix(u, y, K, a, abar))
+    nv = G * K
+    A_ub = sparse.hstack([-A, sparse.identity(M, format="csr")], format="csr")
+    A_eq = sparse.hstack(
+        [sparse.kron(sparse.identity(G), np.ones((1, K))), sparse.csr_matrix((G, M))], format="csr"
     )
-    b_eq = np.concatenate([np.ones(G), np.zeros(eq_row - G)])
-    # inequalities: h_i - g(x_i) <= 0
-    j = _cell_index(u, y, a, abar)
-    z = np.maximum(y - abar[j + 1], 0.0)
-    ii = np.arange(n_nodes)
-    rows, cols, vals = [ii], [n_pi + n_mom + ii], [np.ones(n_nodes)]
-    for r in range(1, K + 1):
-        n = K - r
-        base = C[r - 1] * u ** (r - 1)
-        rows.append(ii), cols.append(pi_idx(j, r)), vals.append(-base * z**n)
-        has_up = j < G - 1
-        for k in range(n):
-            rows.append(ii[has_up]), cols.append(mom_idx(j[has_up], r, n - 1 - k))
-            Lj = abar[np.minimum(j + 1, G)]
-            vals.append(-(base * n * math.comb(n - 1, k) * z**k * Lj ** (n - k))[has_up])
-    A_ub = sparse.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_nodes, n_var)
+    c = np.concatenate([np.zeros(nv), -w])
+    bounds = np.concatenate(
+        [np.column_stack([np.zeros(nv), np.ones(nv)]), np.column_stack([np.zeros(M), f])]
     )
-    c = np.concatenate([np.zeros(n_pi + n_mom), -w])
-    lo = np.zeros(n_var)
-    hi = np.concatenate([np.ones(n_pi), np.full(n_mom, np.inf), f])
-    return a, abar, c, A_ub, A_eq, b_eq, np.column_stack([lo, hi]), n_pi
-
-
-def _solve_lp(delta: float, K: int, G: int, n_target: int) -> MCRSPolicy:
-    a, abar, c, A_ub, A_eq, b_eq, bounds, n_pi = _lp_problem(delta, K, G, n_target)
     res = optimize.linprog(
-        c, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-        method="highs",
+        c, A_ub=A_ub, b_ub=np.zeros(M), A_eq=A_eq, b_eq=np.ones(G), bounds=bounds, method="highs"
     )
     if res.status != 0:
         raise RuntimeError(f"MCRS LP failed at delta={delta}, K={K}, G={G}: {res.message}")
-    pi = np.clip(res.x[:n_pi].reshape(G, K), 0.0, None)
+    pi = np.clip(res.x[:nv].reshape(G, K), 0.0, None)
     pi /= pi.sum(axis=1, keepdims=True)
     return MCRSPolicy(K, a, abar, pi, float(delta), float(-res.fun))
 
@@ -345,7 +299,18 @@ def _policy_cached(delta: float, K: int, G: int, n_target: int) -> MCRSPolicy:
         pi = np.zeros((G, K))
         pi[:, K - 1] = 1.0
         return MCRSPolicy(K, a, abar, pi, float(delta))
-    return _solve_lp(delta, K, G, n_target)
+    pol = _solve_lp(delta, K, G, n_target)
+    # RASS's optimal weights are a feasible (constant) policy: keep whichever is better when
+    # evaluated exactly, so that quadrature error never makes MCRS worse than RASS.
+    try:
+        from speccheck.theory import rank_weights
+    except ImportError:  # pragma: no cover - theory package without RASS
+        return pol
+    a, abar = pol.a, pol.abar
+    rass = MCRSPolicy(K, a, abar, np.tile(rank_weights(delta, K), (G, 1)), float(delta), pol.lp_acceptance)
+    if acceptance_of_policy(delta, rass) > acceptance_of_policy(delta, pol):
+        return rass
+    return pol
 
 
 def mcrs_policy(delta: float, K: int, G: int = DEFAULT_G, n_target: int = 96) -> MCRSPolicy:
@@ -427,6 +392,17 @@ def _pieces(policy: MCRSPolicy, delta: float):
 
 
 def acceptance_of_policy(delta: float, policy: MCRSPolicy) -> float:
+    """int min(q, p_pi) ds for a given policy at the true delta, evaluated exactly (cached per
+    (delta, policy object)); see :func:`_acceptance_of_policy`."""
+    return _acceptance_cached(float(check_delta(delta)), policy)
+
+
+@functools.lru_cache(maxsize=16384)
+def _acceptance_cached(delta: float, policy: MCRSPolicy) -> float:
+    return _acceptance_of_policy(delta, policy)
+
+
+def _acceptance_of_policy(delta: float, policy: MCRSPolicy) -> float:
     """int min(q, p_pi) ds for a given policy at the true delta, evaluated exactly: crossings of
     f and g located on every cell and refined (brentq), q-masses in closed form, g-masses by
     Gauss-Legendre (exact: g is a polynomial on each cell)."""
@@ -504,3 +480,124 @@ def gap_closed_mcrs(delta: float, K: int, G: int = DEFAULT_G) -> dict:
 def mcrs_gap_table(deltas, Ks, G: int = DEFAULT_G) -> list[dict]:
     """Rows of ``gap_closed_mcrs`` over the product Ks x deltas."""
     return [gap_closed_mcrs(float(d), int(K), G) for K in Ks for d in deltas]
+
+
+GAP_TABLE_DELTAS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+GAP_TABLE_KS = (2, 3, 4, 6, 8)
+_GAP_FIELDS = ("K", "delta", "G", "rass", "mcrs", "mcrs_lp", "bound", "rass_gap", "mcrs_gap",
+               "closed", "solve_s")
+
+
+def format_gap_table(rows: list[dict]) -> str:
+    """Markdown table of ``mcrs_gap_table`` rows."""
+    head = "| K | delta | G | RASS | MCRS (exact) | MCRS LP - exact | bound | RASS gap | MCRS gap | closed | solve s |"
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        closed = "n/a" if not np.isfinite(r["closed"]) else f"{100 * r['closed']:.1f}%"
+        lines.append(
+            f"| {r['K']} | {r['delta']:g} | {r['G']} | {r['rass']:.7f} | {r['mcrs']:.7f} | "
+            f"{r['mcrs_lp'] - r['mcrs']:+.1e} | {r['bound']:.7f} | {r['rass_gap']:.2e} | "
+            f"{r['mcrs_gap']:.2e} | {closed} | {r.get('solve_s', float('nan')):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _main(argv=None) -> int:  # pragma: no cover - writes the committed table
+    import argparse
+    import csv
+    import time
+
+    p = argparse.ArgumentParser(description="MCRS gap table (fraction of RASS's gap closed)")
+    p.add_argument("--out", default="theory/mcrs_gap_table")
+    p.add_argument("--G", type=int, default=DEFAULT_G)
+    p.add_argument("--K", type=int, nargs="+", default=list(GAP_TABLE_KS))
+    p.add_argument("--delta", type=float, nargs="+", default=list(GAP_TABLE_DELTAS))
+    args = p.parse_args(argv)
+    rows = []
+    for K in args.K:
+        for d in args.delta:
+            t0 = time.perf_counter()
+            mcrs_policy(d, K, args.G)
+            dt = time.perf_counter() - t0
+            row = gap_closed_mcrs(d, K, args.G)
+            row["solve_s"] = dt
+            rows.append(row)
+            print(format_gap_table([row]).splitlines()[-1], flush=True)
+    with open(args.out + ".csv", "w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=_GAP_FIELDS)
+        wr.writeheader()
+        for r in rows:
+            wr.writerow({k: r[k] for k in _GAP_FIELDS})
+    with open(args.out + ".md", "w") as fh:
+        fh.write(format_gap_table(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(_main())
+
+
+# ----------------------------------------------------------------------------- richer policy (measurement)
+def _design_matrix_top2(u, y, K, a, abar):
+    """d g(x_i) / d pi_{r,(c1,c2)} for a policy on the top TWO drafts (m1 >= m2), piecewise
+    constant on cells c1 >= c2 of the same edges; shape (M, T*K), T = G(G+1)/2.
+
+    Given (m1, m2), density K(K-1) m2^(K-2), the other K-2 drafts are i.i.d. U(0, m2), so rank
+    r <= K-2 is m2 Beta(r, K-1-r) and K(K-1) m2^(K-3) beta_{r,K-1-r}(x/m2) =
+    K(K-1) x^(r-1) (m2-x)^(n-1) / B(r, n), n = K-1-r: every cell integral is a polynomial.
+    """
+    G = a.shape[0] - 1
+    c1, c2 = np.tril_indices(G)  # c1 >= c2
+    a1, b1, a2, b2 = a[c1], a[c1 + 1], a[c2], a[c2 + 1]
+    ab1, ab2 = abar[c1 + 1], abar[c2 + 1]  # 1 - b1, 1 - b2
+    x = u[:, None]
+    yy = y[:, None]
+    diag = (c1 == c2)[None, :]
+    T = c1.shape[0]
+    A = np.zeros((u.shape[0], T, K))
+    in1 = (yy <= abar[c1][None]) & (yy > ab1[None])  # a1 <= x < b1, in y = 1 - x
+    in2 = (yy <= abar[c2][None]) & (yy > ab2[None])
+    # r = K: x = m1 in cell c1; m2 in cell c2 below x
+    A[:, :, K - 1] = np.where(in1, K * (np.minimum(b2[None], x) ** (K - 1) - a2[None] ** (K - 1)).clip(0), 0.0)
+    # r = K-1: x = m2 in cell c2; m1 in cell c1 above x
+    w1 = np.where(diag, (yy - ab1[None]).clip(0), (b1 - a1)[None])  # b1 - max(a1, x)
+    A[:, :, K - 2] = np.where(in2, K * (K - 1) * x ** (K - 2) * w1, 0.0)
+    for r in range(1, K - 1):
+        n = K - 1 - r
+        coef = K * (K - 1) / special.beta(r, n) * x ** (r - 1)
+        L = (yy - ab2[None]).clip(0)  # b2 - x (>= 0 where x < b2)
+        w0 = (a2[None] - x).clip(0)  # max(a2, x) - x
+        off = (b1 - a1)[None] * (L**n - w0**n) / n
+        on = L * (L**n - w0**n) / n - (L ** (n + 1) - w0 ** (n + 1)) / (n + 1)
+        A[:, :, r - 1] = np.where(yy > ab2[None], coef * np.where(diag, on, off), 0.0)
+    return A.reshape(u.shape[0], T * K)
+
+
+def top2_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) -> dict:
+    """Measurement for issue 7: the LP optimum of a policy that conditions on the two largest
+    drafts (cells c1 >= c2 of ``G`` max-cells), against MCRS on the same G. Returns the LP
+    values and the acceptances evaluated on a much finer quadrature (no exact evaluator)."""
+    K = check_K(K)
+    if K < 3:
+        raise ValueError(f"the top-2 policy needs K >= 3, got K={K}")
+    a, abar = mcrs_edges(K, G)
+    bu, by = _breakpoints(float(delta), a, abar, n_target)
+    u, y, w = _quadrature(bu, by)
+    f = np.exp(_log_f(u, y, delta))
+    A = _design_matrix_top2(u, y, K, a, abar)
+    M, nv = A.shape
+    T = nv // K
+    A_ub = sparse.hstack([-sparse.csr_matrix(A), sparse.identity(M, format="csr")], format="csr")
+    A_eq = sparse.hstack([sparse.kron(sparse.identity(T), np.ones((1, K))), sparse.csr_matrix((T, M))], format="csr")
+    bounds = np.concatenate([np.column_stack([np.zeros(nv), np.ones(nv)]), np.column_stack([np.zeros(M), f])])
+    res = optimize.linprog(np.concatenate([np.zeros(nv), -w]), A_ub=A_ub, b_ub=np.zeros(M), A_eq=A_eq,
+                           b_eq=np.ones(T), bounds=bounds, method="highs")
+    pi = res.x[:nv]
+    # evaluate on a 4x finer target grid with 12-point GL panels
+    bu2, by2 = _breakpoints(float(delta), a, abar, 4 * n_target)
+    u2, y2, w2 = _quadrature(bu2, by2, 12)
+    f2 = np.exp(_log_f(u2, y2, delta))
+    g2 = _design_matrix_top2(u2, y2, K, a, abar) @ pi
+    mc = mcrs_policy(float(delta), K, G)
+    return dict(delta=float(delta), K=K, G=G, top2_lp=float(-res.fun), top2_eval=float(w2 @ np.minimum(f2, g2)),
+                mass_check=float(w2 @ g2), mcrs_lp=mc.lp_acceptance, mcrs=acceptance_of_policy(delta, mc))

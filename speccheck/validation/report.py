@@ -31,11 +31,24 @@ def format_report(rep: BatteryReport, only_failures: bool = False) -> str:
     rows = [r for r in rep.results if (not only_failures or not r.passed)]
     head = ("layer", "cell", "test", "statistic", "threshold", "min.det.dev", "n", "verdict")
     table = [head]
+    contract_ok: dict[tuple[str, str], list[TestResult]] = {}
     for r in rows:
+        if r.kind == "contract" and r.passed:  # passing contract checks: one line per cell
+            key = (r.layer, r.cell)
+            if key not in contract_ok:
+                contract_ok[key] = []
+                table.append(key)  # placeholder, filled below
+            contract_ok[key].append(r)
+            continue
         stat = _fmt(r.statistic)
         thr = _fmt(r.threshold) if r.kind == "stat" else "0 rows"
         mdd = _fmt(r.mdd) if r.kind == "stat" else "-"
         table.append((r.layer, r.cell, r.test, stat, thr, mdd, str(r.n), _verdict(r)))
+    for i, row in enumerate(table):
+        if len(row) == 2:
+            rs = contract_ok[row]
+            table[i] = (row[0], row[1], f"contract ({len(rs)} checks)", "0", "0 rows", "-",
+                        str(max(r.n for r in rs)), "pass")
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = [
         f"speccheck battery: verifier={rep.verifier} suite={rep.suite} seed={rep.seed} device={rep.device}",
@@ -143,3 +156,18 @@ def format_kill_matrix(reports: dict[str, BatteryReport]) -> str:
     n_k = sum(any(r.values()) for r in mat.values())
     lines.append(f"{n_k}/{len(mat)} mutants killed (X: some test of that family failed; '.': ran and passed)")
     return "\n".join(lines)
+
+
+def report_from_dict(d: dict) -> BatteryReport:
+    """Rebuild a :class:`BatteryReport` from :func:`report_dict` output (e.g. to merge kill
+    matrices computed in separate processes)."""
+    fields = TestResult.__dataclass_fields__
+    res = []
+    for r in d["results"]:
+        kw = {k: r[k] for k in fields if k in r}
+        for k in ("statistic", "threshold", "p_value", "mdd"):
+            if kw.get(k) is None:
+                kw[k] = math.nan
+        res.append(TestResult(**kw))
+    return BatteryReport(d["verifier"], d["suite"], d["seed"], d["family_alpha"], d["per_test_alpha"], d["device"],
+                         res, list(d.get("notes", [])), float(d.get("wall_s", 0.0)))

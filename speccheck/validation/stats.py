@@ -32,6 +32,8 @@ class TestResult:
     (after Holm for "stat" tests); ``p_value`` is the raw p-value.
     """
 
+    __test__ = False  # not a pytest class
+
     cell: str
     test: str
     statistic: float

@@ -13,10 +13,10 @@ Two samplers, both exact:
 
 * ``rejection``: propose Y ~ N(delta, 1) = q and accept w.p. (1 - p(Y)/q(Y))_+. Its efficiency is
   the residual mass, so the *expected* number of proposals per verified row is 1; rows still
-  pending after ``max_rounds`` doubling rounds (2^max_rounds - 1 proposals: only rows with a
-  tiny residual mass, i.e. tiny delta) finish with the inverse-CDF sampler. Conditioning on the
-  round a row finishes in does not bias it (each round's accepted value has the residual law),
-  so the mixture is exact.
+  pending after ``max_proposals`` proposals (only rows with a tiny residual mass, i.e. tiny
+  delta) finish with the inverse-CDF sampler. The number of proposals a row gets is decided
+  before they are drawn, and the first accepted proposal has the residual law whatever that
+  number, so the mixture is exact.
 * ``icdf``: inverse CDF. The residual's support inside [delta - 12, delta + 12] (outside it the
   residual mass is < 4e-33) is cut into cells of width 1/64; sign changes of h at the cell
   edges locate the crossings of q and p, refined by bisection to machine precision, so each
@@ -40,6 +40,7 @@ from speccheck.verifiers.base import positive_uniform, uniform
 
 Tensor = torch.Tensor
 # log_B(s[n, m], rows[n]) -> log B at s for each row's parameters ([n, m]).
+# (rows=None in sample_rejection means all rows, s then has shape [n, 1]).
 LogBFn = Callable[[Tensor, Tensor], Tensor]
 
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -90,31 +91,51 @@ def sample_rejection(
     delta: Tensor,
     log_b: LogBFn,
     generator: torch.Generator | None,
-    max_rounds: int = 11,
+    max_proposals: int = 4096,
     max_elems: int = 1 << 22,
 ) -> tuple[Tensor, Tensor]:
     """Rejection sampling of the residual for each row of ``delta[n]``: proposals Y ~ N(delta, 1)
-    accepted w.p. (1 - exp(-h(Y)))_+. Round k gives each pending row 2^k proposals.
+    accepted w.p. (1 - exp(-h(Y)))_+. Rounds give each pending row m proposals (the first
+    accepted one is kept); m adapts to the acceptance rate observed in the previous round.
 
-    Returns (x[n], done[n]); rows with done == False still need a sample (use :func:`sample_icdf`).
+    Returns (x[n], done[n]); rows with done == False (more than ``max_proposals`` rejected
+    proposals, i.e. a tiny residual mass) still need a sample: use :func:`sample_icdf`.
     """
     n = delta.shape[0]
-    x = torch.zeros_like(delta)
-    done = torch.zeros(n, dtype=torch.bool, device=delta.device)
-    pending = torch.arange(n, device=delta.device)
-    for k in range(max_rounds):
-        if pending.numel() == 0:
-            break
-        m = max(1, min(1 << k, max_elems // pending.numel()))
+    # round 0: one proposal per row, no index gathers
+    x = torch.randn(n, generator=generator, dtype=torch.float64, device=delta.device)
+    x += delta
+    h = log_ratio(x, delta, log_b(x[:, None], None)[:, 0])
+    done = uniform((n,), x, generator) < -torch.expm1(-h)
+    pending = torch.nonzero(~done, as_tuple=True)[0]
+    if pending.numel() == 0:
+        return x, done
+    frac = 1.0 - pending.numel() / n
+    m = 1 if frac >= 0.5 else int(min(2.0 / max(frac, 1e-12), 1 << 20))
+    used = 1
+    while pending.numel() and used < max_proposals:
+        m = max(1, min(m, max_proposals - used, max_elems // pending.numel()))
         d = delta[pending, None]
-        y = d + torch.randn((pending.numel(), m), generator=generator, dtype=torch.float64, device=delta.device)
+        y = torch.randn((pending.numel(), m), generator=generator, dtype=torch.float64, device=delta.device)
+        y += d
         h = log_ratio(y, d, log_b(y, pending))
         acc = uniform(y.shape, y, generator) < -torch.expm1(-h)
-        got = acc.any(dim=1)
-        first = torch.argmax(acc.to(torch.uint8), dim=1)
+        if m == 1:
+            got = acc[:, 0]
+            vals = y[:, 0]
+        else:
+            got = acc.any(dim=1)
+            first = torch.argmax(acc.to(torch.uint8), dim=1)
+            vals = torch.gather(y, 1, first[:, None])[:, 0]
         rows = pending[got]
-        x[rows] = y[got, first[got]]
+        x[rows] = vals[got]
         done[rows] = True
+        n_got = rows.numel()
+        used += m
+        # per-proposal acceptance observed this round -> about 2 / p proposals next round
+        frac = n_got / pending.numel()
+        p = 1.0 - (1.0 - frac) ** (1.0 / m) if frac < 1.0 else 1.0
+        m = 1 if p >= 0.5 else int(min(max(2.0 / max(p, 1e-12), 2 * m), 1 << 20))
         pending = pending[~got]
     return x, done
 
@@ -160,34 +181,51 @@ def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn):
     return a2, b2, r, mass, cum
 
 
-def _solve_cell(coef: Tensor, half: Tensor, target: Tensor) -> Tensor:
-    """Solve half * sum_m coef[:, m] t^m = target for t in [-1, 1] (increasing polynomial)."""
+def _horner(coef: Tensor, t: Tensor) -> Tensor:
+    """sum_m coef[:, m] t^m for coef [n, M]."""
+    f = coef[:, -1]
+    for m in range(coef.shape[1] - 2, -1, -1):
+        f = torch.addcmul(coef[:, m], f, t)
+    return f
+
+
+def _solve_cell(coef: Tensor, half: Tensor, target: Tensor, max_iter: int = 30) -> Tensor:
+    """Solve F(t) = half * sum_m coef[:, m] t^m = target for t in [-1, 1] (F increasing, F(-1) = 0).
+
+    Newton from the root of the quadratic Taylor model at t = -1, kept inside a shrinking
+    bracket (bisection when a step leaves it); stops after a round in which every step was
+    below 1e-11 (the error after that step is below 1e-20 in t).
+    """
     deg = coef.shape[1] - 1
     dcoef = coef[:, 1:] * torch.arange(1, deg + 1, dtype=coef.dtype, device=coef.device)
+    # initial guess: F(-1 + x) ~ half (F1 x + F2 x^2 / 2) with F1 = F'(-1), F2 = F''(-1)
+    alt = torch.tensor([(-1.0) ** m for m in range(deg)], dtype=coef.dtype, device=coef.device)
+    F1 = half * (dcoef * alt).sum(dim=1)
+    d2 = dcoef[:, 1:] * torch.arange(1, deg, dtype=coef.dtype, device=coef.device)
+    F2 = half * (d2 * alt[: deg - 1]).sum(dim=1)
     total = half * coef.sum(dim=1)
-    t = torch.where(total > 0, 2.0 * target / torch.where(total > 0, total, 1.0) - 1.0, torch.zeros_like(target))
-    t = t.clamp(-1.0, 1.0)
+    lin = target / torch.where(total > 0, total, 1.0) * 2.0
+    disc = F1 * F1 + 2.0 * F2 * target
+    quad = 2.0 * target / (F1 + torch.sqrt(disc.clamp(min=0.0)))
+    x = torch.where((disc >= 0) & (F1 + torch.sqrt(disc.clamp(min=0.0)) > 0) & (quad <= 2.0), quad, lin)
+    t = (x - 1.0).clamp(-1.0, 1.0)
     lo = torch.full_like(t, -1.0)
     hi = torch.ones_like(t)
-    for _ in range(40):
-        f = coef[:, deg].clone()
-        for m in range(deg - 1, -1, -1):
-            f = f * t + coef[:, m]
-        fp = dcoef[:, deg - 1].clone()
-        for m in range(deg - 2, -1, -1):
-            fp = fp * t + dcoef[:, m]
-        f = half * f - target
-        fp = half * fp
-        lo = torch.where(f < 0, t, lo)
-        hi = torch.where(f < 0, hi, t)
+    for _ in range(max_iter):
+        f = half * _horner(coef, t) - target
+        fp = half * _horner(dcoef, t)
+        neg = f < 0
+        lo = torch.where(neg, t, lo)
+        hi = torch.where(neg, hi, t)
         step = f / torch.where(fp > 0, fp, 1.0)
         t_new = t - step
-        bad = (fp <= 0) | ~(t_new > lo) | ~(t_new < hi)
-        t_new = torch.where(bad, 0.5 * (lo + hi), t_new)
+        outside = (fp <= 0) | (t_new < lo) | (t_new > hi)
+        t_new = torch.where(outside, 0.5 * (lo + hi), t_new)
         t_new = torch.where(f == 0, t, t_new)
-        converged = bool(((t_new - t).abs() <= 4e-16).all())
+        # quadratic convergence: once every step is < 1e-11 the remaining error is ~1e-22
+        done = bool(((t_new - t).abs() <= 1e-11).all())
         t = t_new
-        if converged:
+        if done:
             break
     return t
 
@@ -211,8 +249,12 @@ def sample_icdf(
         return out
     _, _, gC = _consts(delta_u.device)
     V = positive_uniform((n,), delta_u, generator)
-    order = torch.argsort(row_group, stable=True)
-    sorted_groups = row_group[order]
+    if delta_u.shape[0] == 1 or bool((row_group == row_group[0]).all()):
+        order = torch.arange(n, device=row_group.device)
+        sorted_groups = row_group
+    else:
+        order = torch.argsort(row_group, stable=True)
+        sorted_groups = row_group[order]
     U = delta_u.shape[0]
     used = torch.unique_consecutive(sorted_groups)
     per = max(1, min(256, max_elems // (N_CELLS * (N_GL + 1) * max(1, log_b_terms))))

@@ -156,3 +156,11 @@ def first_true(mask: Tensor) -> tuple[Tensor, Tensor]:
     anyv = mask.any(dim=1)
     idx = torch.argmax(mask.to(torch.uint8), dim=1)
     return anyv, torch.where(anyv, idx, torch.full_like(idx, K))
+
+
+def group_deltas(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct deltas [U], group of each row [B]); a constant batch costs no sort."""
+    if bool((delta == delta[0]).all()):
+        return delta[:1], torch.zeros(delta.shape[0], dtype=torch.long, device=delta.device)
+    u, inv = torch.unique(delta, return_inverse=True)
+    return u, inv

@@ -15,15 +15,7 @@ import numpy as np
 import torch
 
 from speccheck.verifiers import _residual
-from speccheck.verifiers.base import ScalarVerifier, VerifyResult, first_true, uniform
-
-
-def group_deltas(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(distinct deltas [U], group of each row [B]); a constant batch costs no sort."""
-    if bool((delta == delta[0]).all()):
-        return delta[:1], torch.zeros(delta.shape[0], dtype=torch.long, device=delta.device)
-    u, inv = torch.unique(delta, return_inverse=True)
-    return u, inv
+from speccheck.verifiers.base import ScalarVerifier, VerifyResult, first_true, group_deltas, uniform
 
 
 class DGRS(ScalarVerifier):
@@ -81,7 +73,10 @@ def sample_residual(delta_u, log_lam_u, group, generator, method: str = "rejecti
         return _residual.sample_icdf(delta_u, log_b_groups, group, generator)
     d_rows = delta_u[group]
     ll_rows = log_lam_u[group]
-    x, done = _residual.sample_rejection(d_rows, lambda s, rows: ll_rows[rows][:, None], generator)
+    def log_b_rows(s, rows):
+        return (ll_rows if rows is None else ll_rows[rows])[:, None]
+
+    x, done = _residual.sample_rejection(d_rows, log_b_rows, generator)
     left = torch.nonzero(~done, as_tuple=True)[0]
     if left.numel():
         x[left] = _residual.sample_icdf(delta_u, log_b_groups, group[left], generator)

@@ -24,6 +24,15 @@ from speccheck.targets.edm import (
     load_edm_denoiser,
 )
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small models: one torch thread is faster on the shared 2-core CI box (no oversubscription)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 
 class MixtureDenoiser(nn.Module):
     """Exact D(y; s) = E[x0 | x0 + s xi = y] for x0 ~ sum_i w_i N(mu_i, s_i^2 I) (written independently
@@ -254,13 +263,20 @@ def test_state_dict_round_trip(tmp_path):
     s = torch.tensor([0.1, 1.0, 10.0])
     lab = nn.functional.one_hot(torch.tensor([1, 5, 9]), 10).float()
     torch.testing.assert_close(loaded(y, s, lab), den(y, s, lab))
+    # a bare state dict of the default digits network loads too; one of another shape does not
+    full = make_digits_edm()
+    torch.save(full.state_dict(), tmp_path / "bare.pt")
+    torch.testing.assert_close(load_edm_denoiser(str(tmp_path / "bare.pt"))(y, s, lab), full(y, s, lab))
+    torch.save(den.state_dict(), tmp_path / "bare_small.pt")
+    with pytest.raises(ValueError, match="bare state dict"):
+        load_edm_denoiser(str(tmp_path / "bare_small.pt"))
 
 
 def test_bad_files(tmp_path):
     with pytest.raises(ValueError, match="weights file not found"):
         load_edm_denoiser(str(tmp_path / "nope.pkl"))
     p = tmp_path / "plain.pt"
-    torch.save({"w": torch.zeros(2)}, p)
+    torch.save({"w": torch.zeros(2), "note": "x"}, p)
     with pytest.raises(ValueError, match="not a speccheck checkpoint"):
         load_edm_denoiser(str(p))
     q = tmp_path / "noema.pkl"

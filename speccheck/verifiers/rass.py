@@ -1,0 +1,264 @@
+"""RASS: rank-aware selection with optimal rank weights (SPEC section 1).
+
+Sort the K scalars, draw a rank r ~ omega, select S_(r); accept it w.p. min(1, q(S)/p_omega(S));
+on rejection draw from (q - p_omega)_+ normalised (rejection sampling for ``rass``, inverse CDF
+for ``rass-icdf``; see :mod:`speccheck.verifiers._residual`). Exact for every omega in W_K.
+
+Weights. A batch mixes many deltas, so omega is tabulated on a fixed delta grid
+(:data:`DELTA_GRID`: step 0.02 on [0, 3], 0.1 on [3, 8], 1 on [8, 40]) by the LP
+(:func:`speccheck.theory.rank_weights`, solved lazily per (grid point, K) and cached), and a
+row uses the linear interpolation between its two neighbouring grid points: a convex
+combination, hence a valid omega, so the rule stays exact (q uses the row's own delta). It is
+near-optimal too: the optimal weights are close to linear in delta between grid points (near
+delta = 0 they are uniform + O(delta)); :meth:`RASS.acceptance` reports the acceptance of the
+weights actually used (:func:`rass_weights`).
+
+p_omega(s) = phi(s) B(Phi(s)) with B(u) = sum_r omega_r K!/((r-1)!(K-r)!) u^(r-1) (1-u)^(K-r),
+evaluated with u = Phi(s) and 1 - u = Phi(-s) both to full relative precision. Near B = 1
+(small delta, weights near uniform) log B = log1p(sum_r (omega_r - 1/K) C_r u^(r-1) (1-u)^(K-r)),
+exactly 0 for uniform weights, so tiny deltas keep their residual mass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from speccheck.verifiers import _residual
+from speccheck.verifiers.base import ScalarVerifier, VerifyResult, group_deltas, positive_uniform, uniform
+
+Tensor = torch.Tensor
+_SQRT1_2 = math.sqrt(0.5)
+
+DELTA_GRID = np.unique(np.round(np.concatenate([
+    np.arange(0.0, 3.0, 0.02), np.arange(3.0, 8.0, 0.1), np.arange(8.0, 40.0 + 1e-9, 1.0),
+]), 12))
+
+_LOCK = threading.Lock()
+_OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN rows: not solved yet)
+
+
+def _cache_file(K: int) -> Path | None:
+    root = os.environ.get("SPECCHECK_CACHE_DIR", str(Path.home() / ".cache" / "speccheck"))
+    if not root:
+        return None
+    key = hashlib.sha1(DELTA_GRID.tobytes()).hexdigest()[:12]
+    return Path(root) / f"rass_weights_K{K}_{key}.npy"
+
+
+def _table(K: int) -> np.ndarray:
+    table = _OMEGA.get(K)
+    if table is None:
+        table = np.full((DELTA_GRID.size, K), np.nan)
+        f = _cache_file(K)
+        if f is not None and f.exists():
+            try:
+                saved = np.load(f)
+                if saved.shape == table.shape:
+                    table = saved
+            except (OSError, ValueError):
+                pass
+        _OMEGA[K] = table
+    return table
+
+
+def _save(K: int) -> None:
+    f = _cache_file(K)
+    if f is None:
+        return
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(tmp, _OMEGA[K])
+        os.replace(tmp, f)
+    except OSError:
+        pass
+
+
+def grid_weights(g, K: int) -> np.ndarray:
+    """LP rank weights at grid indices ``g`` ([n] -> [n, K]); new grid points are solved by
+    :func:`speccheck.theory.rank_weights` and cached (in memory and in ~/.cache/speccheck, or
+    $SPECCHECK_CACHE_DIR; set it to an empty string to disable the file)."""
+    from speccheck.theory import rank_weights
+    from speccheck.theory._validate import check_omega
+
+    g = np.asarray(g, np.int64)
+    with _LOCK:
+        table = _table(K)
+        missing = np.unique(g[np.isnan(table[g, 0])])
+        for gi in missing:
+            d = float(DELTA_GRID[gi])
+            table[gi] = np.full(K, 1.0 / K) if d == 0.0 or K == 1 else check_omega(rank_weights(d, K), K)
+        if missing.size:
+            _save(K)
+        return table[g].copy()
+
+
+def precompute_weights(K: int, delta_max: float = 40.0) -> None:
+    """Solve (and cache) the LP at every grid point up to ``delta_max`` (the sampler's warm-up)."""
+    grid_weights(np.nonzero(DELTA_GRID <= delta_max + 1e-12)[0], K)
+
+
+def rass_weights(delta, K: int) -> np.ndarray:
+    """The omega the RASS kernel uses at each delta: linear interpolation between the LP weights
+    at the two neighbouring grid points (a convex combination, so always in W_K; exactly the LP
+    weights on grid points, uniform at delta = 0). Shape delta.shape + (K,)."""
+    d = np.asarray(delta, np.float64)
+    flat = np.minimum(d.ravel(), DELTA_GRID[-1])
+    lo = np.clip(np.searchsorted(DELTA_GRID, flat, side="right") - 1, 0, DELTA_GRID.size - 2)
+    t = np.clip((flat - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo]), 0.0, 1.0)
+    hi = np.where(t > 0.0, lo + 1, lo)
+    need = np.unique(np.concatenate([lo, hi]))
+    rows = grid_weights(need, K)
+    w_lo = rows[np.searchsorted(need, lo)]
+    w_hi = rows[np.searchsorted(need, hi)]
+    w = (1.0 - t)[:, None] * w_lo + t[:, None] * w_hi
+    return w.reshape(d.shape + (K,))
+
+
+def _log_binom(K: int) -> np.ndarray:
+    r = np.arange(1, K + 1)
+    return np.array([math.lgamma(K + 1) - math.lgamma(i) - math.lgamma(K - i + 1) for i in r])
+
+
+def ndtr(x: Tensor) -> Tensor:
+    """Phi(x) with full relative precision in the lower tail (torch.special.ndtr loses it there)."""
+    return 0.5 * torch.special.erfc(x * -_SQRT1_2)
+
+
+def _bernstein(a: Tensor, left: Tensor, x: Tensor) -> Tensor:
+    """sum_r a_r x^(r-1) where ``left`` and sum_r a_r x^(K-r) elsewhere (Horner), a [n|1, K]."""
+    K = a.shape[-1]
+    f = torch.where(left, a[:, K - 1:K], a[:, 0:1])
+    for j in range(K - 2, -1, -1):
+        f = torch.addcmul(torch.where(left, a[:, j:j + 1], a[:, K - 1 - j:K - j]), f, x)
+    return f
+
+
+def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
+    """log B(Phi(s)) for s [n, m] with per-row coefficients A, Ad [n or 1, K]; result [n, m].
+
+    B = sum_r A_r u^(r-1) (1-u)^(K-r) by Horner in x = min(u, 1-u) / max(u, 1-u) <= 1 (all terms
+    positive: full relative precision, no overflow). With ``Ad`` (coefficients of B - 1), log B is
+    log1p(B - 1) wherever |B - 1| < 1/2, which keeps tiny deltas' residual mass; ``Ad=None`` skips it.
+    """
+    K = A.shape[-1]
+    if K == 1:
+        if Ad is None or not bool((Ad != 0).any()):
+            return torch.zeros_like(s)
+        return torch.log1p(Ad[:, :1] * torch.ones_like(s))
+    u = ndtr(s)
+    v = ndtr(-s)
+    left = u <= v
+    big = torch.where(left, v, u)
+    x = torch.where(left, u, v) / big
+    scale = big ** (K - 1)
+    Bv = _bernstein(A, left, x) * scale
+    logB = torch.log(Bv)
+    under = Bv < 1e-280  # far tails (subnormal or 0, e.g. s < -14 with omega = e_8): log space
+    if bool(under.any()):
+        idx = torch.nonzero(under, as_tuple=True)
+        su = s[idx]
+        a = A.expand(s.shape[0], K)[idx[0]]
+        r = torch.arange(K, dtype=s.dtype, device=s.device)
+        terms = (torch.log(a) + r * torch.special.log_ndtr(su)[:, None]
+                 + (K - 1 - r) * torch.special.log_ndtr(-su)[:, None])
+        logB = logB.index_put(idx, torch.logsumexp(terms, dim=1))
+    if Ad is None:
+        return logB
+    D = _bernstein(Ad, left, x) * scale
+    return torch.where(D.abs() < 0.5, torch.log1p(D), logB)
+
+
+PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
+
+
+class RASS(ScalarVerifier):
+    """Rank-aware selection with optimal (grid-cached) rank weights; rejection-sampled residual
+    (inverse-CDF fallback for rows still pending after 2^11 - 1 proposals: tiny residual mass)."""
+
+    name = "rass"
+    description = "rank-aware selection, optimal rank weights (delta grid), rejection-sampled residual"
+    residual = "rejection"
+
+    def acceptance(self, delta, K: int) -> np.ndarray:
+        """integral min(q, p_omega) with the grid weights this kernel uses, per delta."""
+        from speccheck.theory import acceptance_rass
+        from speccheck.theory._validate import check_delta
+
+        d = check_delta(delta)
+        W = rass_weights(d, K)
+        out = np.empty(d.shape)
+        for idx, di in np.ndenumerate(d):
+            out[idx] = 1.0 if di == 0 else acceptance_rass(float(di), K, W[idx])
+        return out
+
+    def _kernel(self, delta: Tensor, s: Tensor, generator) -> VerifyResult:
+        B, K = s.shape
+        dev = s.device
+        delta_u, group = group_deltas(delta)
+        d_np = delta_u.cpu().numpy()
+        W = rass_weights(d_np, K)  # [U, K], the weights acceptance() reports
+        C = np.exp(_log_binom(K))
+        A_u = torch.as_tensor(W * C, dtype=torch.float64, device=dev)
+        Ad_u = None
+        if float(d_np.min()) < PRECISE_BELOW:
+            Ad_u = torch.as_tensor((W - 1.0 / K) * C, dtype=torch.float64, device=dev)
+        omega_u = torch.as_tensor(W, dtype=torch.float64, device=dev)
+        single = delta_u.shape[0] == 1
+        A_row = A_u if single else A_u[group]
+        Ad_row = Ad_u if single or Ad_u is None else Ad_u[group]
+        if K == 1:
+            sel, index = s[:, 0], torch.zeros(B, dtype=torch.long, device=dev)
+        else:
+            vals, order = torch.sort(s, dim=1)
+            cum = torch.cumsum(omega_u, dim=1)[:, :-1]
+            cum = cum if single else cum[group]
+            r = (uniform((B, 1), s, generator) >= cum).sum(dim=1, keepdim=True)
+            sel = torch.gather(vals, 1, r)[:, 0]
+            index = torch.gather(order, 1, r)[:, 0]
+        h = _residual.log_ratio(sel, delta, log_mix(sel[:, None], A_row, Ad_row)[:, 0])
+        accepted = torch.log(positive_uniform((B,), s, generator)) <= h
+        s_out = sel.clone()
+        index = torch.where(accepted, index, torch.full_like(index, K))
+        rej = torch.nonzero(~accepted, as_tuple=True)[0]
+        if rej.numel():
+            s_out[rej] = self._residual(delta_u, A_u, Ad_u, group[rej], generator)
+        return s_out, accepted, index
+
+    def _residual(self, delta_u, A_u, Ad_u, group, generator) -> Tensor:
+        K = A_u.shape[1]
+
+        def log_b_groups(x, g):
+            return log_mix(x, A_u[g], None if Ad_u is None else Ad_u[g])
+
+        if self.residual == "icdf":
+            return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K)
+        single = delta_u.shape[0] == 1
+        d_rows = delta_u[group]
+
+        def log_b_rows(x, rows):
+            if single:
+                return log_mix(x, A_u, Ad_u)
+            g = group if rows is None else group[rows]
+            return log_mix(x, A_u[g], None if Ad_u is None else Ad_u[g])
+
+        x, done = _residual.sample_rejection(d_rows, log_b_rows, generator, max_elems=max(1 << 16, (1 << 23) // K))
+        left = torch.nonzero(~done, as_tuple=True)[0]
+        if left.numel():
+            x[left] = _residual.sample_icdf(delta_u, log_b_groups, group[left], generator, log_b_terms=K)
+        return x
+
+
+class RASSInverseCDF(RASS):
+    """RASS with the inverse-CDF residual sampler (crossing intervals + root refinement)."""
+
+    name = "rass-icdf"
+    description = "rank-aware selection, optimal rank weights (delta grid), inverse-CDF residual"
+    residual = "icdf"

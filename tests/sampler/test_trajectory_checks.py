@@ -1,0 +1,37 @@
+"""The trajectory layer of the battery: exact samplers pass, the 4 sampler mutants are killed.
+
+run_trajectory_checks runs at total false-failure rate alpha = 1e-3 (Bonferroni inside), so each
+"passes" assertion fails spuriously with probability <= 1e-3; kills are asserted with fixed seeds."""
+
+import pytest
+
+from speccheck.validation.sampler_mutants import SAMPLER_MUTANTS
+from speccheck.validation.trajectory import failed, run_trajectory_checks
+
+
+@pytest.mark.parametrize("rule", ["rmc", "dgrs", "rass"])
+def test_exact_samplers_pass(rule):
+    res = run_trajectory_checks(rule, n_traj=300, seed=2, alpha=1e-3)
+    names = {r.name.split(" ")[0].split("(")[0] for r in res}
+    assert {"innovation", "chain-law"} <= names and len(res) > 40
+    assert not failed(res), [(r.name, r.p_value) for r in failed(res)]
+
+
+@pytest.mark.parametrize("mutant", sorted(SAMPLER_MUTANTS))
+@pytest.mark.parametrize("rule", ["rmc", "dgrs"])
+def test_mutants_killed(mutant, rule):
+    res = run_trajectory_checks(rule, n_traj=300, seed=2, alpha=1e-3, sampler_factory=SAMPLER_MUTANTS[mutant])
+    assert failed(res), f"mutant {mutant} survived with {rule}"
+
+
+def test_eager_mode_checks_pass_and_kill():
+    assert not failed(run_trajectory_checks("dgrs", n_traj=200, seed=4, alpha=1e-3, lazy=False))
+    assert failed(run_trajectory_checks("dgrs", n_traj=200, seed=4, alpha=1e-3, lazy=False,
+                                        sampler_factory=SAMPLER_MUTANTS["wrong-draft-parent"]))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        run_trajectory_checks("dgrs", n_traj=5)
+    with pytest.raises(ValueError):
+        run_trajectory_checks("dgrs", alpha=0.0)

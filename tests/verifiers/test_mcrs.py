@@ -1,0 +1,156 @@
+"""The MCRS kernel: exactness (KS with a DKW-Massart band), acceptance (exact binomial) and the
+verifier contract. False-failure rates are stated per test."""
+
+import numpy as np
+import pytest
+import torch
+from scipy import special, stats
+
+from speccheck.theory.mcrs import acceptance_of_policy, mcrs_policy
+from speccheck.verifiers import get
+from speccheck.verifiers.mcrs import DELTA_GRID, MCRS, grid_index
+
+ALPHA = 1e-6  # false-failure rate of each statistical assertion
+
+
+def _dkw_eps(n, alpha=ALPHA):
+    return np.sqrt(np.log(2 / alpha) / (2 * n))
+
+
+def _ks_stat(x):
+    x = np.sort(x)
+    n = x.size
+    F = special.ndtr(x)
+    return max(np.max(np.arange(1, n + 1) / n - F), np.max(F - np.arange(n) / n))
+
+
+G_TEST = 64  # fewer policy cells than the default: faster LPs, same code paths
+
+
+@pytest.fixture(scope="module")
+def mcrs():
+    return MCRS(G=G_TEST)
+
+
+@pytest.mark.parametrize("delta,K,seed", [(1.0, 4, 0), (0.15, 3, 2)])
+def test_output_is_target_and_acceptance_matches_theory(mcrs, delta, K, seed):
+    n = 1 << 18
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(n, K, generator=g, dtype=torch.float64)
+    out, acc, idx = mcrs.verify(torch.full((n,), delta, dtype=torch.float64), s, g)
+    # exactness: sup |F_n - Phi(. - delta)| within the DKW-Massart band
+    assert _ks_stat(out.numpy() - delta) < _dkw_eps(n)
+    # acceptance: exact two-sided binomial test against the policy actually used
+    a = float(mcrs.acceptance(np.array([delta]), K)[0])
+    assert a == pytest.approx(acceptance_of_policy(delta, mcrs.policies([delta], K)[0]))
+    assert stats.binomtest(int(acc.sum()), n, a).pvalue > ALPHA
+    # contract
+    assert torch.equal(out[acc], s[acc, idx[acc]])
+    assert bool((idx[~acc] == K).all()) and bool((idx[acc] < K).all())
+
+
+def test_mixed_batch_and_residual_law(mcrs):
+    # two distinct deltas in one batch (two grid policies), checked separately; the rejected
+    # outputs of the delta = 1 rows must follow the residual (q - p)_+ / (1 - a): their CDF is
+    # [Phi(t - delta) - F_min(t)] / (1 - a), F_min from the theory's exact pieces.
+    n = 1 << 18
+    g = torch.Generator().manual_seed(5)
+    d = torch.where(torch.arange(n) % 2 == 0, 1.0, 2.5).to(torch.float64)
+    K = 3
+    s = torch.randn(n, K, generator=g, dtype=torch.float64)
+    out, acc, idx = mcrs.verify(d, s, g)
+    for dv in (1.0, 2.5):
+        rows = d == dv
+        # two assertions per delta: Bonferroni keeps the family-wise rate at 4 * ALPHA
+        assert _ks_stat(out[rows].numpy() - dv) < _dkw_eps(int(rows.sum()))
+        a = float(mcrs.acceptance(np.array([dv]), K)[0])
+        assert stats.binomtest(int(acc[rows].sum()), int(rows.sum()), a).pvalue > ALPHA
+
+
+def test_rejected_outputs_follow_the_residual(mcrs):
+    # K = 2, delta = 1: the residual has two intervals (as for RASS top-rank). Three assertions
+    # (overall KS, acceptance, residual CDF): family-wise false-failure rate 3 * ALPHA.
+    from speccheck.theory.mcrs import _g_mass, _pieces
+
+    delta, K, n = 1.0, 2, 1 << 18
+    pol = mcrs.policies([delta], K)[0]
+    pieces = list(_pieces(pol, delta))
+    a = acceptance_of_policy(delta, pol)
+
+    def residual_cdf(t):
+        """int_{-inf}^t (q - p)_+ / (1 - a), exact on the theory's crossing pieces."""
+        tot = 0.0
+        for s0, s1, q_above in pieces:
+            if s0 >= t:
+                break
+            hi = min(s1, t)
+            if q_above:
+                q = special.ndtr(hi - delta) - special.ndtr(s0 - delta)
+                p = _g_mass(special.ndtr(s0), special.ndtr(-s0), special.ndtr(hi), special.ndtr(-hi), pol)
+                tot += q - p
+        return tot / (1 - a)
+
+    g = torch.Generator().manual_seed(9)
+    s = torch.randn(n, K, generator=g, dtype=torch.float64)
+    out, acc, _ = mcrs.verify(torch.full((n,), delta, dtype=torch.float64), s, g)
+    assert _ks_stat(out.numpy() - delta) < _dkw_eps(n)
+    assert stats.binomtest(int(acc.sum()), n, a).pvalue > ALPHA
+    rej = np.sort(out[~acc].numpy())
+    m = rej.size
+    grid = np.quantile(rej, np.linspace(0.01, 0.99, 41))
+    F = np.array([residual_cdf(t) for t in grid])
+    Fn = np.searchsorted(rej, grid, side="right") / m
+    assert np.max(np.abs(Fn - F)) < _dkw_eps(m)
+
+
+def test_tiny_and_huge_delta_and_K1(mcrs):
+    g = torch.Generator().manual_seed(3)
+    n = 1 << 16
+    for delta, K in [(3e-4, 3), (20.0, 4), (0.8, 1)]:
+        s = torch.randn(n, K, generator=g, dtype=torch.float64)
+        out, acc, idx = mcrs.verify(torch.full((n,), delta, dtype=torch.float64), s, g)
+        assert torch.isfinite(out).all()
+        assert _ks_stat(out.numpy() - delta) < _dkw_eps(n)  # 3 assertions: rate 3 * ALPHA
+        assert torch.equal(out[acc], s[acc, idx[acc]])
+
+
+def test_contract_delta_zero_dtype_and_registry(mcrs):
+    g = torch.Generator().manual_seed(4)
+    s = torch.randn(64, 3, generator=g)  # float32 in, float32 out
+    d = torch.zeros(64)
+    d[32:] = 0.7
+    out, acc, idx = mcrs.verify(d, s, g)
+    assert out.dtype == torch.float32 and acc.dtype == torch.bool and idx.dtype == torch.long
+    assert bool(acc[:32].all()) and bool((idx[:32] == 0).all()) and torch.equal(out[:32], s[:32, 0])
+    assert get("mcrs").name == "mcrs"
+    # same generator state -> same result (randomness only through the generator)
+    g1, g2 = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    s2 = torch.randn(500, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    r1 = mcrs.verify(torch.full((500,), 0.9, dtype=torch.float64), s2, g1)
+    r2 = mcrs.verify(torch.full((500,), 0.9, dtype=torch.float64), s2, g2)
+    assert all(torch.equal(x, y) for x, y in zip(r1, r2))
+
+
+@pytest.mark.parametrize(
+    "delta,s",
+    [
+        (torch.tensor([-0.5]), torch.zeros(1, 2)),
+        (torch.tensor([float("nan")]), torch.zeros(1, 2)),
+        (torch.tensor([0.5, 0.5]), torch.zeros(3, 2)),
+        (torch.tensor([0.5]), torch.zeros(2)),
+    ],
+)
+def test_bad_inputs_raise(mcrs, delta, s):
+    with pytest.raises(ValueError):
+        mcrs.verify(delta, s, None)
+
+
+def test_grid_policy_and_acceptance_bookkeeping(mcrs):
+    assert grid_index(np.array([0.0]))[0] == 0
+    gi = grid_index(np.array([0.52]))[0]
+    assert DELTA_GRID[gi] == pytest.approx(0.5)
+    assert mcrs.policies([0.52], 2)[0] is mcrs_policy(0.5, 2, G_TEST)
+    with pytest.raises(ValueError):
+        MCRS(G=0)
+    with pytest.raises(ValueError):
+        mcrs.acceptance(np.array([-1.0]), 2)
