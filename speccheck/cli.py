@@ -88,7 +88,8 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trajectories", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=None,
-                   help="realise only visited branches (same law and NFE)")
+                   help="realise only visited branches (same law and NFE); default: lazy for sweeps, "
+                        "and for speedup when the tree has more than 20000 nodes")
     p.add_argument("--prefetch", choices=["nearest", "parent", "none"], default=None)
     p.add_argument("--leaves", action=argparse.BooleanOptionalAction, default=None,
                    help="evaluate leaves too (|V| rows per round) or not (|I| rows)")
@@ -128,7 +129,8 @@ def _cmd_speedup(args: argparse.Namespace) -> int:
     from speccheck.sampler.experiments import speedup_run
 
     torch.set_num_threads(max(1, args.threads))
-    proto = _protocol_from(args, lazy_default=False)
+    big = args.K >= 1 and args.L >= 1 and sum(args.K**l for l in range(args.L + 1)) > 20000
+    proto = _protocol_from(args, lazy_default=big)
     out = speedup_run(proto, args.verifier, args.K, args.L, args.trajectories, args.seed)
     if args.json:
         print(json.dumps(out, indent=2))
@@ -295,12 +297,17 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
             for K in args.K:
                 for L in args.L:
                     cfg = e2e.E2EConfig(**{**base.__dict__, "verifier": ver, "K": K, "L": L, "eps": eps})
-                    r = e2e.run_e2e(cfg, model)
+                    try:
+                        r = e2e.run_e2e(cfg, model)
+                    except Exception as exc:  # one broken cell (e.g. a verifier failing to load) must not lose the others
+                        r = {"config": cfg.__dict__, "error": f"{type(exc).__name__}: {exc}", "exact": False}
+                        print(f"{args.model} {ver} K={K} L={L} eps={eps}: error: {r['error']}", file=sys.stderr, flush=True)
+                    else:
+                        print(e2e.format_report(r), flush=True)
                     reports.append(r)
                     ok &= r["exact"]
-                    print(e2e.format_report(r), flush=True)
-    if args.json:
-        e2e.write_json(reports, args.json)
+                    if args.json:
+                        e2e.write_json(reports, args.json)
     return 0 if ok else 1
 
 
@@ -314,9 +321,12 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="CI sizes: coarse grids, tiny sweep and battery")
     p.add_argument("--sweep", default=None, metavar="DIR",
                    help="reuse/resume this sampler sweep folder for figures 4-6 (default: a temporary one)")
+    p.add_argument("--no-sweep-run", action="store_true",
+                   help="with --sweep: only read the folder (cells it lacks are noted, not run)")
     p.add_argument("--battery-suite", default=None, help="suite for figure 7's kill matrix (default: smoke; quick: tiny)")
     p.add_argument("--battery-json", default=None, metavar="PATH",
-                   help="figure 7: read the kill matrix from `speccheck battery --mutants --json PATH` instead of running it")
+                   help="figure 7: read the battery reports from PATH (`speccheck battery --mutants --json PATH`) "
+                        "if it exists, else run them and save them there")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(func=_cmd_figures)
@@ -330,7 +340,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    man = render(args.out, only=args.only, quick=args.quick, sweep_dir=args.sweep, seed=args.seed,
+    if args.no_sweep_run and not args.sweep:
+        raise UsageError("--no-sweep-run needs --sweep DIR")
+    man = render(args.out, only=args.only, quick=args.quick, sweep_dir=args.sweep, sweep_run=not args.no_sweep_run,
+                 seed=args.seed,
                  battery_suite=args.battery_suite, battery_json=args.battery_json,
                  log=lambda m: print(m, flush=True))
     failed = [k for k, v in man["figures"].items() if "error" in v and (not args.only or k in
@@ -342,8 +355,39 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- verifiers
+def _add_verifiers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verifiers", help="list the available verifiers (built-in and entry points)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--check", metavar="SPEC", help="load SPEC (a name or package.module:attr) and run it once")
+    p.set_defaults(func=_cmd_verifiers)
+
+
+def _cmd_verifiers(args: argparse.Namespace) -> int:
+    from speccheck.verifiers import available, get
+
+    if args.check:
+        import torch
+
+        v = get(args.check)
+        K = 1 if not getattr(v, "supports_K", lambda k: True)(2) else 2
+        g = torch.Generator().manual_seed(0)
+        s = torch.randn(8, K, generator=g, dtype=torch.float64)
+        s_out, accepted, index = v.verify(torch.full((8,), 0.5, dtype=torch.float64), s, g)
+        print(f"{getattr(v, 'name', args.check)}: ok (K={K}, accepted {int(accepted.sum())}/8)")
+        return 0
+    rows = available()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max(len(n) for n in rows)
+        for name, desc in rows.items():
+            print(f"{name:<{width}}  {desc}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
-_COMMANDS = [_add_theory, _add_train_digits, _add_speedup, _add_sweep, _add_battery, _add_e2e, _add_figures]
+_COMMANDS = [_add_theory, _add_train_digits, _add_speedup, _add_sweep, _add_battery, _add_e2e, _add_figures, _add_verifiers]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,7 @@ class FigureConfig:
 
     quick: bool = False
     sweep_dir: Optional[str] = None
+    sweep_run: bool = True  # False: only read sweep_dir (missing cells are noted, not run)
     seed: int = 0
     battery_suite: Optional[str] = None  # suite of figure 7's kill matrix (None: per quick/full)
     battery_json: Optional[str] = None  # read figure 7's reports from `speccheck battery --mutants --json`

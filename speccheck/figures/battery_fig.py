@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -44,9 +45,13 @@ def per_test_alpha(suite, verifier: str = "dgrs") -> float:
     from speccheck.validation import battery
 
     v = battery.load_verifier(verifier)
-    traj = battery._trajectory_module() if suite.trajectory is not None else None
-    n_traj = int(traj.n_tests(v, suite.trajectory)) if traj is not None and hasattr(traj, "n_tests") else 0
-    m = battery._plan(v, suite, n_traj).n_stat
+    try:  # the battery's own plan (private API: ask issue 4 for a public one)
+        traj = battery._trajectory_module() if suite.trajectory is not None else None
+        n_traj = int(traj.n_tests(v, suite.trajectory)) if traj is not None and hasattr(traj, "n_tests") else 0
+        m = battery._plan(v, suite, n_traj).n_stat
+    except (AttributeError, TypeError):  # fallback: scalar (ks, tails, bound, declared) + wrapper tests
+        m = 4 * len(suite.scalar.deltas) * len(suite.scalar.K) if suite.scalar is not None else 0
+        m += 4 * len(suite.wrapper.dims) if suite.wrapper is not None else 0
     return suite.family_alpha / max(m, 1)
 
 
@@ -85,7 +90,7 @@ def compute_kill_matrix(cfg: FigureConfig) -> tuple[Table, list[str]]:
     from speccheck.validation.mutants import REFERENCES
     from speccheck.validation.report import kill_matrix, test_family
 
-    if cfg.battery_json:
+    if cfg.battery_json and os.path.exists(cfg.battery_json):
         reports = load_reports(cfg.battery_json)
         kinds = {n: ("reference" if n in REFERENCES or n.startswith("ref") else "mutant") for n in reports}
         suites = sorted({r.suite for r in reports.values()})
@@ -107,17 +112,31 @@ def compute_kill_matrix(cfg: FigureConfig) -> tuple[Table, list[str]]:
         except Exception as exc:  # a factory that cannot be built is reported, not drawn
             notes.append(f"{name}: not run ({type(exc).__name__}: {exc})")
     notes.append(f"battery runs took {time.perf_counter() - t0:.0f} s")
+    if cfg.battery_json:  # save for the next run (a cache: read when the file exists)
+        import json
+
+        from speccheck.validation.report import report_dict
+
+        with open(cfg.battery_json, "w") as f:
+            json.dump({k: report_dict(r) for k, r in reports.items()}, f)
     return _kill_table(reports, kinds, kill_matrix, test_family), notes
 
 
+def family_label(family: str) -> str:
+    """Test families for the figure: per-step trajectory tests collapse to one column each."""
+    return re.sub(r"step \d+", "step n", family)
+
+
 def _kill_table(reports, kinds, kill_matrix, test_family) -> Table:
-    fams, mat = kill_matrix(reports)
+    fams, _ = kill_matrix(reports)  # the battery's order of test families
+    labels = list(dict.fromkeys(family_label(f) for f in fams))
     rows = []
     for name, rep in reports.items():
-        for fam in fams:
-            rs = [r for r in rep.results if test_family(r) == fam]
-            rows.append({"verifier": name, "kind": kinds[name], "family": fam, "killed": int(mat[name].get(fam, False)),
-                         "n_tests": len(rs), "n_failed": sum(not r.passed for r in rs)})
+        for lab in labels:
+            rs = [r for r in rep.results if family_label(test_family(r)) == lab]
+            nf = sum(not r.passed for r in rs)
+            rows.append({"verifier": name, "kind": kinds[name], "family": lab, "killed": int(nf > 0),
+                         "n_tests": len(rs), "n_failed": nf})
     return Table.from_rows(rows, ["verifier", "kind", "family", "killed", "n_tests", "n_failed"])
 
 
@@ -145,6 +164,17 @@ def compute_power() -> Table:
 
 def compute_battery(cfg: FigureConfig) -> FigureData:
     km, notes = compute_kill_matrix(cfg)
+    killed = {n: False for n in km["verifier"]}
+    kind = dict(zip(km["verifier"], km["kind"]))
+    for n, k in zip(km["verifier"], km["killed"]):
+        killed[n] |= bool(k)
+    survivors = [n for n, k in killed.items() if kind[n] == "mutant" and not k]
+    false_kills = [n for n, k in killed.items() if kind[n] == "reference" and k]
+    notes.append(f"{sum(kind[n] == 'mutant' for n in killed) - len(survivors)} of "
+                 f"{sum(kind[n] == 'mutant' for n in killed)} mutants killed"
+                 + (f"; not killed by this suite: {', '.join(survivors)}" if survivors else "")
+                 + (f"; exact references failed (false kills): {', '.join(false_kills)}" if false_kills
+                    else "; no exact reference failed"))
     return FigureData({"main": km, "power": compute_power()}, notes=notes)
 
 
@@ -201,9 +231,11 @@ def draw_battery(data: FigureData):
             pt = s.where(is_suite_n=1)
             if len(pt):
                 a.plot(pt["n"], pt[col], marker="o", ms=8, color=c, ls="none")
+                first = suite == POWER_SUITES[0]
                 a.annotate(f"{suite} n = 2^{int(round(math.log2(int(pt['n'][0]))))}: {float(pt[col][0]):.1e}",
-                           (float(pt["n"][0]), float(pt[col][0])), xytext=(-10, -4), textcoords="offset points",
-                           fontsize=10, color=c, ha="right", va="top")
+                           (float(pt["n"][0]), float(pt[col][0])), xytext=(10, 4) if first else (-10, -4),
+                           textcoords="offset points", fontsize=10, color=c, ha="left" if first else "right",
+                           va="bottom" if first else "top")
         a.set_xscale("log", base=2)
         a.set_yscale("log")
         a.set_xlabel("draws per cell $n$")

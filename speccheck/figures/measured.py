@@ -79,10 +79,15 @@ def measured_cells(cfg: FigureConfig) -> tuple[Table, dict]:
         out_dir = tempfile.mkdtemp(prefix="speccheck-figures-sweep-")
         cfg.cache.setdefault("_tmp_dirs", []).append(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    cfg.log(f"[figures] sweep {spec.rules} K={list(spec.Ks)} L={list(spec.Ls)} x {spec.n_traj} trajectories "
-            f"on {spec.target} -> {out_dir}")
-    sweep(proto, list(spec.rules), spec.Ks, spec.Ls, spec.n_traj, spec.seed, out_dir,
-          log=lambda m: cfg.log(f"  {m}"))
+    if cfg.sweep_run:
+        cfg.log(f"[figures] sweep {spec.rules} K={list(spec.Ks)} L={list(spec.Ls)} x {spec.n_traj} trajectories "
+                f"on {spec.target} -> {out_dir}")
+        sweep(proto, list(spec.rules), spec.Ks, spec.Ls, spec.n_traj, spec.seed, out_dir,
+              log=lambda m: cfg.log(f"  {m}"))
+    elif cfg.sweep_dir is None:
+        raise ValueError("sweep_run=False needs sweep_dir (an existing sweep folder)")
+    else:
+        _check_protocol(out_dir, proto, spec)
     summary = write_summary(out_dir)
     want = {(r, K, L) for r in spec.rules for K in spec.Ks for L in spec.Ls}
     rows = []
@@ -91,24 +96,44 @@ def measured_cells(cfg: FigureConfig) -> tuple[Table, dict]:
         key_ = (str(s["rule"]).lower(), int(s["K"]), int(s["L"]))
         if key_ in want:
             rows.append({c: s[c] for c in CELL_COLUMNS} | {"rule": key_[0]})
-    missing = want - {(r["rule"], r["K"], r["L"]) for r in rows}
-    if missing:
-        raise RuntimeError(f"sweep in {out_dir} lacks cells {sorted(missing)[:5]} (rule names: "
+    rows = [r for r in rows if r["trajectories"] >= spec.n_traj]  # complete cells only
+    missing = sorted(want - {(r["rule"], r["K"], r["L"]) for r in rows})
+    if missing and (cfg.sweep_run or not rows):
+        raise RuntimeError(f"sweep in {out_dir} lacks cells {missing[:5]} (rule names: "
                            f"{sorted({str(s['rule']) for s in summary})})")
     rows.sort(key=lambda r: (spec.rules.index(r["rule"]), r["K"], r["L"]))
     table = Table.from_rows(rows, CELL_COLUMNS)
     info = {"protocol": asdict(proto), "sweep": asdict(spec), "sweep_dir": out_dir,
-            "schedule": proto.schedule().describe()}
+            "schedule": proto.schedule().describe(), "missing": [list(m) for m in missing]}
     cfg.cache[key] = (table, info)
     return table, info
 
 
+def _check_protocol(out_dir: str, proto, spec: SweepSpec) -> None:
+    """A read-only sweep folder must hold this protocol and seed (its protocol.json)."""
+    import json
+    from dataclasses import asdict
+
+    path = os.path.join(out_dir, "protocol.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{out_dir} is not a sweep folder (no protocol.json)")
+    with open(path) as f:
+        old = json.load(f)
+    mine = {**asdict(proto), "seed": spec.seed}
+    diff = {k: (old.get(k), v) for k, v in mine.items() if old.get(k) != v}
+    if diff:
+        raise ValueError(f"{out_dir} holds a sweep with another protocol (theirs, ours): {diff}")
+
+
 def _protocol_note(info: dict) -> str:
     p, s = info["protocol"], info["sweep"]
+    miss = info.get("missing") or []
+    tail = (f"; {len(miss)} cells missing from the sweep folder (not drawn): "
+            + ", ".join(f"{r} ({K},{L})" for r, K, L in miss[:8]) + (" ..." if len(miss) > 8 else "")) if miss else ""
     return (f"measured: {p['target']}, {info['schedule']['n_stochastic']} stochastic steps ({p['grid']} grid), "
             f"eps = {p['eps']}, freeze = {p['freeze']}, prefetch = {p['prefetch']}, leaves evaluated = "
             f"{p['leaves']}, chains matched on {p['chain_match']}, {s['n_traj']} trajectories per cell, "
-            f"seed {s['seed']}; speed-up = stochastic steps / target calls (warm-up included)")
+            f"seed {s['seed']}; speed-up = stochastic steps / target calls (warm-up included)" + tail)
 
 
 # ----------------------------------------------------------------------------- figure 4
@@ -177,7 +202,7 @@ def draw_frontier(data: FigureData):
     leg1 = ax.legend(handles=theory_handles + style_handles, loc="upper left", fontsize=10)
     ax.add_artist(leg1)
     if meas_handles:
-        ax.legend(handles=meas_handles, loc="upper center", fontsize=10, title="mixture, mean $\\pm$ SE",
+        ax.legend(handles=meas_handles, loc="lower right", fontsize=10, frameon=True, framealpha=0.9, title="mixture, mean $\\pm$ SE",
                   title_fontsize=10)
     return fig
 
@@ -297,6 +322,6 @@ def draw_speedup_vs_K(data: FigureData):
         ax.set_title(RULE_LABELS[rule].split(" (")[0])
         ax.set_xticks(sorted(set(int(k) for k in t["K"])))
     axes[0, 0].set_ylabel("mean speed-up $\\pm$ 1 SE")
-    axes[0, -1].legend(loc="lower right", fontsize=10, ncol=2)
+    axes[0, 0].legend(loc="upper left", fontsize=10, ncol=2)
     fig.suptitle("Measured speed-up vs tree width $K$, one line per depth $L$ (Gaussian mixture)")
     return fig

@@ -13,6 +13,8 @@
     - ``predicted_nfe_freq``: the observed accept frequencies. Note: fitted on the same runs this
       reproduces the measured mean NFE *identically* (flow conservation of the empirical chain of
       round roots), so it is reported only as a consistency check of the bookkeeping.
+    ``nfe_z`` = (measured - predicted) / SE of that difference, the SE from a trajectory
+    bootstrap (100 resamples) since both numbers come from the same trajectories.
 """
 
 from __future__ import annotations
@@ -100,24 +102,22 @@ def calibration(verifier, events: EventLog, mask: Optional[np.ndarray] = None,
 
 
 def measured_alpha(events: EventLog, start: int, end: int, L: int, mask: Optional[np.ndarray] = None,
-                   values: Optional[np.ndarray] = None) -> np.ndarray:
-    """alpha[n - start, j]: mean of ``values`` (default: the accept indicators) over the events
-    at depth j + 1 of rounds rooted at step n in the stochastic block [start, end). Cells
-    without events take the pooled value at that depth (then overall; 0.5 if no events)."""
+                   values: Optional[np.ndarray] = None, weights: Optional[np.ndarray] = None) -> np.ndarray:
+    """alpha[n - start, j]: (weighted) mean of ``values`` (default: the accept indicators) over
+    the events at depth j + 1 of rounds rooted at step n in the stochastic block [start, end).
+    Cells without events take the pooled value at that depth (then overall; 0.5 if none)."""
     sel = np.ones(len(events), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
     root = events.step - events.depth + 1
     sel &= (root >= start) & (root < end) & (events.depth <= L)
-    r = root[sel] - start
-    j = events.depth[sel] - 1
-    acc = (events.accepted if values is None else np.asarray(values))[sel].astype(np.float64)
     Nb = end - start
-    num = np.zeros((Nb, L))
-    den = np.zeros((Nb, L))
-    np.add.at(num, (r, j), acc)
-    np.add.at(den, (r, j), 1.0)
-    overall = acc.mean() if acc.size else 0.5
-    pooled = np.where(den.sum(0) > 0, num.sum(0) / np.maximum(den.sum(0), 1), overall)
-    return np.where(den > 0, num / np.maximum(den, 1), pooled[None, :])
+    idx = (root[sel] - start) * L + (events.depth[sel] - 1)
+    acc = (events.accepted if values is None else np.asarray(values))[sel].astype(np.float64)
+    w = np.ones(acc.size) if weights is None else np.asarray(weights, dtype=np.float64)[sel]
+    num = np.bincount(idx, weights=acc * w, minlength=Nb * L).reshape(Nb, L)
+    den = np.bincount(idx, weights=w, minlength=Nb * L).reshape(Nb, L)
+    overall = (acc * w).sum() / w.sum() if w.sum() > 0 else 0.5
+    pooled = np.where(den.sum(0) > 0, num.sum(0) / np.maximum(den.sum(0), 1e-300), overall)
+    return np.where(den > 0, num / np.maximum(den, 1e-300), pooled[None, :])
 
 
 def stochastic_blocks(stochastic: np.ndarray) -> list[tuple[int, int]]:
@@ -136,7 +136,8 @@ def stochastic_blocks(stochastic: np.ndarray) -> list[tuple[int, int]]:
 
 
 def predicted_nfe(result: SamplerResult, stochastic: np.ndarray, L: int, prefetch: str,
-                  mask_traj: Optional[np.ndarray] = None, values: Optional[np.ndarray] = None) -> float:
+                  mask_traj: Optional[np.ndarray] = None, values: Optional[np.ndarray] = None,
+                  traj_weights: Optional[np.ndarray] = None) -> float:
     """E[stochastic-part target calls] from the DP with per-(step, depth) acceptance estimated
     from ``values`` per event (default the accept indicators; see module docstring).
 
@@ -145,9 +146,10 @@ def predicted_nfe(result: SamplerResult, stochastic: np.ndarray, L: int, prefetc
 
     ev = result.events
     mask = None if mask_traj is None else np.asarray(mask_traj, dtype=bool)[ev.traj.astype(np.int64)]
+    w = None if traj_weights is None else np.asarray(traj_weights, dtype=np.float64)[ev.traj.astype(np.int64)]
     total = 0.0
     for s, e in stochastic_blocks(np.asarray(stochastic)):
-        alpha = measured_alpha(ev, s, e, L, mask, values)
+        alpha = measured_alpha(ev, s, e, L, mask, values, w)
         if prefetch == "none":
             total += 2.0 * expected_nfe(alpha, e - s, L, warmup=0)
         else:
@@ -172,6 +174,17 @@ def summarize(result: SamplerResult, verifier, stochastic: np.ndarray, L: int,
     cal = calibration(verifier, ev, ev_mask, a_theory[ev_mask])
     pred = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m, a_theory)
     pred_freq = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m)
+    # SE of (measured mean NFE - predicted NFE): both come from the same trajectories, so
+    # resample trajectories (bootstrap, n_boot = 100, fixed seed) and recompute both
+    rng = np.random.default_rng(0)
+    idx = np.nonzero(m)[0]
+    nfe_all = result.nfe.double().numpy()
+    gaps = []
+    for _ in range(100 if idx.size > 1 else 0):
+        cnt = np.bincount(rng.choice(idx, idx.size), minlength=n).astype(np.float64)
+        p_b = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m, a_theory, cnt)
+        gaps.append((cnt * nfe_all).sum() / cnt.sum() - p_b)
+    gap_se = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else float("nan")
     se = lambda a: float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")  # noqa: E731
     nfe_se = se(nfe)
     acc = result.n_accepted.numpy()[m].sum() / max(result.n_verified.numpy()[m].sum(), 1)
@@ -191,5 +204,7 @@ def summarize(result: SamplerResult, verifier, stochastic: np.ndarray, L: int,
         "predicted_nfe": pred,
         "predicted_speedup": float(result.n_stochastic / pred),
         "predicted_nfe_freq": pred_freq,
-        "nfe_z": float((nfe.mean() - pred) / nfe_se) if nfe_se and nfe_se > 0 else float("nan"),
+        "nfe_gap_se": gap_se,
+        "nfe_z": float((nfe.mean() - pred) / gap_se) if gap_se and gap_se > 0 else float("nan"),
+        "nfe_z_measured_se_only": float((nfe.mean() - pred) / nfe_se) if nfe_se and nfe_se > 0 else float("nan"),
     }

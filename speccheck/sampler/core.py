@@ -452,7 +452,10 @@ class SpeculativeSampler:
 # ---------------------------------------------------------------------------- node sources
 class _EagerSource:
     """Drafts T|L_max for every trajectory of the round, then evaluates all nodes that Algorithm 1
-    evaluates (depth <= L_n; internal in T|L_n, or any if leaves) in ONE target call."""
+    evaluates (depth <= L_n; internal in T|L_n, or any if leaves) in ONE target call (billed
+    once; fed to the target in chunks of EVAL_CHUNK rows to bound memory)."""
+
+    EVAL_CHUNK = 65536
 
     def __init__(self, sp: SpeculativeSampler, run: _Run, S, nS, Ln):
         self.sp = sp
@@ -477,8 +480,9 @@ class _EagerSource:
             mean = sp._mp(y_src.reshape(W * M, *x.shape[1:]), kk.reshape(-1),
                           sx.repeat_interleave(M, 0), st.repeat_interleave(M), sv.repeat_interleave(M, 0))
             noise = torch.randn(W * M, *x.shape[1:], generator=run.gen, dtype=x.dtype)
-            X[:, nodes] = (mean + _bc(sp._sig[kn].to(x.dtype).repeat_interleave(M), noise) * noise).reshape(
-                W, M, *x.shape[1:])
+            noise.mul_(_bc(sp._sig[kn].to(x.dtype).repeat_interleave(M), noise)).add_(mean)
+            X[:, nodes] = noise.reshape(W, M, *x.shape[1:])
+            del noise, mean, y_src
         depth = torch.as_tensor(tree.depth)
         internal = torch.as_tensor(tree.n_children) > 0
         dl = depth.unsqueeze(0)
@@ -486,9 +490,12 @@ class _EagerSource:
         mask = (dl <= L_b) & (sp.leaves | (internal.unsqueeze(0) & (dl < L_b)))   # [W, V]
         self.mask = mask
         b, v = mask.nonzero(as_tuple=True)
-        k_rows = nS[b] + depth[v]
+        k_rows = (nS[b] + depth[v]).clamp(max=N)
         Vel = torch.zeros_like(X)
-        Vel[b, v] = sp._velocity(run, X[b, v], k_rows.clamp(max=N), S[b])
+        # the round's ONE target call, fed in row chunks (bounded temporaries)
+        for i in range(0, b.numel(), self.EVAL_CHUNK):
+            bi, vi = b[i:i + self.EVAL_CHUNK], v[i:i + self.EVAL_CHUNK]
+            Vel[bi, vi] = sp._velocity(run, X[bi, vi], k_rows[i:i + self.EVAL_CHUNK], S[bi])
         self.X, self.Vel = X, Vel
 
     def velocity_at(self, w, u, y, k, l):

@@ -20,7 +20,7 @@ import torch
 
 from speccheck.sampler.analysis import summarize
 from speccheck.sampler.core import SpeculativeSampler, resolve_verifier, verifier_name
-from speccheck.sampler.tree import DraftTree, chain, chain_matched, uniform_tree
+from speccheck.sampler.tree import DraftTree, chain, uniform_tree
 from speccheck.targets.gmm import gmm_preset
 from speccheck.targets.schedules import Schedule, make_schedule
 
@@ -275,7 +275,8 @@ def write_summary(out_dir: str) -> list[dict]:
                     "speedup_no_warmup": th.get("speedup_no_warmup", float("nan")),
                     "acceptance": th.get("acceptance", float("nan")),
                     "calibration_z": th.get("calibration_z", float("nan")),
-                    "nfe_z": th.get("nfe_z", float("nan"))})
+                    "nfe_z": th.get("nfe_z", float("nan")),
+                    "nfe_gap_se": th.get("nfe_gap_se", float("nan"))})
     if out:
         with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(out[0]))
@@ -364,6 +365,15 @@ def sensitivity_table(root: str, out_csv: str, out_md: str) -> list[dict]:
                             f"{float(r['speedup']):.3f} +- {float(r['speedup_se']):.3f} "
                             f"[{float(r['speedup_no_warmup']):.2f}]")
             f.write(f"| {name} | " + " | ".join(vals) + " |\n")
+        zc = np.array([float(r["calibration_z"]) for r in rows])
+        zn = np.array([float(r["nfe_z"]) for r in rows])
+        zn = zn[np.isfinite(zn)]
+        f.write(f"\nTheory vs measurement over the {len(rows)} cells: acceptance calibration |z| max "
+                f"{np.abs(zc).max():.2f} (mean {zc.mean():+.2f}, sd {zc.std():.2f}); measured vs predicted "
+                f"NFE (DP with the theoretical acceptance at the measured deltas; z over the bootstrap SE "
+                f"of the difference) within 2 SE in {(np.abs(zn) <= 2).sum()} of {zn.size} cells "
+                f"(max |z| {np.abs(zn).max():.2f}; cells with zero spread, e.g. prefetch none at L = 2, "
+                f"have no z).\n")
     return rows
 
 

@@ -27,6 +27,11 @@ quadrature in u it is a linear program in K*G policy variables and M hinge varia
 (max sum_i w_i h_i, h_i <= f(x_i), h_i <= g(x_i), sum_r pi_{r,j} = 1, pi >= 0).
 ``acceptance_mcrs`` then evaluates the returned policy exactly (closed-form g, crossings of
 f and g located on each cell and refined, exact masses), not on the LP's quadrature.
+
+Measurements for the gap that max-conditioning leaves (theory/mcrs_gap_table.md):
+``top2_lp_acceptance`` (policy on the two largest drafts) and ``minmax_lp_acceptance``
+(policy on the smallest and the largest draft; given them the other K - 2 drafts are i.i.d.
+U(min, max), so the selected density is a separable polynomial per cell pair).
 """
 
 from __future__ import annotations
@@ -53,6 +58,10 @@ __all__ = [
     "constant_policy",
     "gap_closed_mcrs",
     "mcrs_gap_table",
+    "format_gap_table",
+    "top2_lp_acceptance",
+    "minmax_edges",
+    "minmax_lp_acceptance",
 ]
 
 DEFAULT_G = 160  # policy cells
@@ -601,3 +610,69 @@ def top2_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) ->
     mc = mcrs_policy(float(delta), K, G)
     return dict(delta=float(delta), K=K, G=G, top2_lp=float(-res.fun), top2_eval=float(w2 @ np.minimum(f2, g2)),
                 mass_check=float(w2 @ g2), mcrs_lp=mc.lp_acceptance, mcrs=acceptance_of_policy(delta, mc))
+
+
+def minmax_edges(K: int, G: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cells for the smallest draft (mirror of the max cells: equal probability under the min's
+    law) and for the largest; returns (lo, lobar, hi, hibar), each shape (G + 1,)."""
+    hi, hibar = mcrs_edges(K, G)
+    return hibar[::-1].copy(), hi[::-1].copy(), hi, hibar
+
+
+def _design_matrix_minmax(u, y, K, G):
+    """d g(x_i) / d pi_{r,(c1,c2)} for a policy on the SMALLEST and LARGEST drafts, piecewise
+    constant on (min cell c1, max cell c2); shape (M, G*G*K) (pairs with no mass give 0 columns).
+
+    (m_lo, m_hi) has density K(K-1)(m_hi - m_lo)^(K-2); given them the other K-2 drafts are
+    i.i.d. U(m_lo, m_hi), so for 1 < r < K the selected density is separable:
+    K(K-1)/B(r-1, K-r) (x - m_lo)^(r-2) (m_hi - x)^(K-r-1) on m_lo < x < m_hi.
+    """
+    lo, lobar, hi, hibar = minmax_edges(K, G)
+    a1, b1 = lo[:-1][:, None], lo[1:][:, None]  # (G, 1): min cells
+    a2, b2 = hi[:-1][None, :], hi[1:][None, :]  # (1, G): max cells
+    A = np.zeros((u.shape[0], G, G, K))
+    hb1, hb0 = hibar[1:][None, :], hibar[:-1][None, :]  # 1 - b2, 1 - a2
+    for i, (x, yx) in enumerate(zip(u, y)):
+        # x - m over the min cell below x; m - x over the max cell above x (in y near 1)
+        L1 = np.clip(x - a1, 0, None)  # x - a1 (>= 0 where a1 < x)
+        L0 = np.clip(x - b1, 0, None)  # x - min(b1, x)
+        R1 = np.clip(yx - hb1, 0, None)  # b2 - x
+        R0 = np.clip(yx - hb0, 0, None)  # max(a2, x) - x
+        in1 = (a1 <= x) & (x < b1)
+        in2 = (yx <= hb0) & (yx > hb1)
+        A[i, :, :, 0] = np.where(in1, K * (R1 ** (K - 1) - R0 ** (K - 1)), 0.0)
+        A[i, :, :, K - 1] = np.where(in2, K * (L1 ** (K - 1) - L0 ** (K - 1)), 0.0)
+        for r in range(2, K):
+            c = K * (K - 1) / special.beta(r - 1, K - r)
+            A[i, :, :, r - 1] = c * (L1 ** (r - 1) - L0 ** (r - 1)) / (r - 1) * (R1 ** (K - r) - R0 ** (K - r)) / (K - r)
+    return A.reshape(u.shape[0], G * G * K)
+
+
+def minmax_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) -> dict:
+    """Measurement for issue 7: LP optimum of a policy conditioned on the smallest and the
+    largest draft (G x G cells), evaluated on a 4x finer quadrature."""
+    K = check_K(K)
+    lo, lobar, hi, hibar = minmax_edges(K, G)
+    edges_u = np.concatenate([lo, hi])
+    edges_y = np.concatenate([lobar, hibar])
+    bu, by = _breakpoints(float(delta), edges_u, edges_y, n_target)
+    u, y, w = _quadrature(bu, by)
+    f = np.exp(_log_f(u, y, delta))
+    A = _design_matrix_minmax(u, y, K, G)
+    live = np.abs(A).sum(axis=0) > 0
+    # pairs whose every column is zero have no mass: fix them to rank 1 (any choice is free)
+    M, nv = A.shape
+    T = nv // K
+    A_ub = sparse.hstack([-sparse.csr_matrix(A), sparse.identity(M, format="csr")], format="csr")
+    A_eq = sparse.hstack([sparse.kron(sparse.identity(T), np.ones((1, K))), sparse.csr_matrix((T, M))], format="csr")
+    ub = np.ones(nv)
+    bounds = np.concatenate([np.column_stack([np.zeros(nv), ub]), np.column_stack([np.zeros(M), f])])
+    res = optimize.linprog(np.concatenate([np.zeros(nv), -w]), A_ub=A_ub, b_ub=np.zeros(M), A_eq=A_eq,
+                           b_eq=np.ones(T), bounds=bounds, method="highs")
+    pi = res.x[:nv]
+    bu2, by2 = _breakpoints(float(delta), edges_u, edges_y, 4 * n_target)
+    u2, y2, w2 = _quadrature(bu2, by2, 12)
+    g2 = _design_matrix_minmax(u2, y2, K, G) @ pi
+    f2 = np.exp(_log_f(u2, y2, delta))
+    return dict(delta=float(delta), K=K, G=G, minmax_lp=float(-res.fun), minmax_eval=float(w2 @ np.minimum(f2, g2)),
+                mass_check=float(w2 @ g2), live_cols=int(live.sum()))

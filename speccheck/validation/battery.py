@@ -59,6 +59,7 @@ class BatteryReport:
     results: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # process CPU time (all threads) spent in the run
 
     @property
     def passed(self) -> bool:
@@ -132,7 +133,7 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
 # -------------------------------------------------------------------------- the plan
 @dataclass
 class _Plan:
-    scalar_cells: list[tuple[float, int]]
+    scalar_cells: list[tuple[float, int, int]]  # (delta, K, n)
     n_stat: int
     has_acceptance: bool
 
@@ -140,7 +141,9 @@ class _Plan:
 def _plan(verifier, suite: Suite, traj_tests: int) -> _Plan:
     cells = []
     if suite.scalar is not None:
-        cells = [(d, K) for K in suite.scalar.K for d in suite.scalar.deltas if _supports(verifier, K)]
+        sc = suite.scalar
+        cells = [(d, K, sc.n) for K in sc.K for d in sc.deltas if _supports(verifier, K)]
+        cells += [(d, K, n) for d, K, n in sc.extra if _supports(verifier, K)]
     has_acc = callable(getattr(verifier, "acceptance", None))
     per_cell = 2 + 1 + (1 if has_acc else 0)  # ks, tails, list bound, declared acceptance
     n = per_cell * len(cells)
@@ -226,18 +229,18 @@ def _determinism(verifier, cell: str, delta: float, K: int, n: int, device, seed
     return res
 
 
-def _scalar_cell(verifier, delta: float, K: int, suite: Suite, alpha_t: float, device, seed: int,
+def _scalar_cell(verifier, delta: float, K: int, n_draws: int, suite: Suite, alpha_t: float, device, seed: int,
                  has_acc: bool, tick: Callable[[int], None]) -> list[TestResult]:
     from speccheck.validation._theory import list_bound_iid
 
     spec = suite.scalar
-    cell = f"delta={delta:g},K={K}"
+    cell = f"delta={delta:g},K={K}" + ("" if n_draws == spec.n else f",n={n_draws}")
     g = _generator(device, seed)
     results: list[TestResult] = []
     outs, n_acc, n_done = [], 0, 0
     contract_fail = {}
-    while n_done < spec.n:
-        b = min(spec.chunk, spec.n - n_done)
+    while n_done < n_draws:
+        b = min(spec.chunk, n_draws - n_done)
         s = torch.randn(b, K, generator=g, dtype=torch.float64, device=device)
         d = torch.full((b,), delta, dtype=torch.float64, device=device)
         out = verifier.verify(d, s.clone(), g)
@@ -432,7 +435,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     """Run ``suite`` on ``verifier`` (a spec string or an object). Raises ValueError only when
     the verifier cannot be loaded or an option is bad; anything a verifier raises during the
     tests becomes a failed test in the report."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     v = load_verifier(verifier)
     st = load_suite(suite) if isinstance(suite, str) else suite
     if device not in ("cpu", "cuda") and not str(device).startswith("cuda:"):
@@ -461,7 +464,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
         if r.kind == "stat":
             r.threshold = alpha_t  # L4 tests are p-value tests: threshold on p
     rep = BatteryReport(getattr(v, "name", type(v).__name__), st.name, base, alpha, alpha_t, str(dev))
-    total = (st.scalar.n * len(plan.scalar_cells) if st.scalar else 0) + (st.wrapper.n * len(st.wrapper.dims) if st.wrapper else 0)
+    total = sum(c[2] for c in plan.scalar_cells) + (st.wrapper.n * len(st.wrapper.dims) if st.wrapper else 0)
     from tqdm import tqdm
 
     bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="draw", unit_scale=True,
@@ -471,13 +474,14 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
             skipped = [K for K in st.scalar.K if not _supports(v, K)]
             if skipped:
                 rep.notes.append(f"L1/L2: K={skipped} skipped (supports_K is false)")
-            for i, (delta, K) in enumerate(plan.scalar_cells):
+            for i, (delta, K, n_draws) in enumerate(plan.scalar_cells):
                 bar.set_postfix_str(f"delta={delta:g} K={K}")
                 try:
-                    rep.results += _scalar_cell(v, delta, K, st, alpha_t, dev, _cell_seed(base, 1, i), plan.has_acceptance, bar.update)
+                    rep.results += _scalar_cell(v, delta, K, n_draws, st, alpha_t, dev, _cell_seed(base, 1, i),
+                                                plan.has_acceptance, bar.update)
                 except Exception as exc:  # noqa: BLE001 - a defect, not a load error
                     rep.results.append(TestResult(f"delta={delta:g},K={K}", "contract:no-exception", 1.0, 0.0, 0.0, 0.0,
-                                                  st.scalar.n, kind="contract", passed=False, layer="L1",
+                                                  n_draws, kind="contract", passed=False, layer="L1",
                                                   note=f"verify raised {type(exc).__name__}: {exc}"))
             if not plan.has_acceptance:
                 rep.notes.append("L2: the verifier declares no acceptance(delta, K); only the list-bound test ran")
@@ -505,6 +509,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
         rep.notes.append(f"{n_stat} statistical tests ran, {plan.n_stat} planned; Holm over all of them")
     holm_adjust(rep.results, alpha)
     rep.wall_s = time.perf_counter() - t0
+    rep.cpu_s = time.process_time() - c0
     return rep
 
 

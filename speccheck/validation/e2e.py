@@ -311,7 +311,9 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None, log=None) -> di
 
 def cell_tag(cfg: E2EConfig, vname: str) -> str:
     mut = f"_mutant-{cfg.sampler_mutant}" if cfg.sampler_mutant else ""
-    return f"{cfg.model}_{vname}_K{cfg.K}L{cfg.L}_eps{cfg.eps:g}{mut}"
+    g = f"_g{cfg.guidance:g}" if cfg.guidance is not None else ""
+    fr = f"_freeze-{cfg.freeze}" if cfg.freeze else ""
+    return f"{cfg.model}_{vname}_K{cfg.K}L{cfg.L}_eps{cfg.eps:g}{g}{fr}{mut}"
 
 
 def format_report(r: dict) -> str:
@@ -354,6 +356,11 @@ def markdown_table(reports: list[dict]) -> str:
     rows = ["| model | verifier | tree | B | eps | n | speed-up | pred. | NFE meas. / DP | cal. z "
             "| innov. min p (level) | energy p | verdict |", "|" + "---|" * 13]
     for r in reports:
+        if "error" in r:
+            c = r["config"]
+            rows.append(f"| {c['model']} | {c['verifier']} | K={c['K']}, L={c['L']} | - | {c['eps']:g} | - | error: "
+                        f"{r['error'][:60]} | | | | | | |")
+            continue
         c, s, p, ex = r["config"], r["summary"], r["protocol"], r["exactness"]
         inn, ts = ex.get("innovation"), ex.get("two_sample")
         mut = f" (mutant {c['sampler_mutant']})" if c.get("sampler_mutant") else ""
@@ -377,7 +384,7 @@ def plot_speedups(reports: list[dict], path: str, title: str = "") -> None:
 
     groups: dict = {}
     for r in reports:
-        if r["config"].get("sampler_mutant"):
+        if r["config"].get("sampler_mutant") or "error" in r:
             continue
         key = (r["protocol"]["verifier"], r["config"]["eps"])
         groups.setdefault(key, []).append((r["protocol"]["tree"]["B"], r["summary"]["speedup"], r["summary"]["speedup_se"]))

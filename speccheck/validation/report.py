@@ -66,7 +66,8 @@ def format_report(rep: BatteryReport, only_failures: bool = False) -> str:
     lines += [f"note: {n}" for n in rep.notes]
     lines += [f"failure: {n}" for n in notes]
     nf = len(rep.failures)
-    lines.append(f"RESULT: {'PASS' if rep.passed else 'FAIL'} ({len(rep.results)} tests, {nf} failed) in {rep.wall_s:.1f} s")
+    lines.append(f"RESULT: {'PASS' if rep.passed else 'FAIL'} ({len(rep.results)} tests, {nf} failed) in {rep.wall_s:.1f} s "
+                 f"(CPU {getattr(rep, 'cpu_s', 0.0):.1f} s)")
     return "\n".join(lines)
 
 
@@ -80,6 +81,7 @@ def report_dict(rep: BatteryReport) -> dict:
         "per_test_alpha": rep.per_test_alpha,
         "passed": rep.passed,
         "wall_s": rep.wall_s,
+        "cpu_s": getattr(rep, "cpu_s", 0.0),
         "notes": rep.notes,
         "results": [r.as_dict() for r in rep.results],
     }
@@ -119,10 +121,30 @@ def write_junit(rep: BatteryReport, path: str) -> None:
 
 
 # ------------------------------------------------------------------------- kill matrix
+_SHORT = {
+    "L1 contract": "L1c", "L1 ks": "ks", "L2 acceptance<=list-bound": "bound", "L2 acceptance=declared": "acc",
+    "L3 contract": "L3c", "L3 direction": "dir", "L3 random-direction": "rdir", "L3 chi2-norm": "chi2",
+    "L3 mmd": "mmd", "L4 contract": "L4c", "L4 innovation": "innov", "L4 chain-law steps": "chain",
+    "L4 chain-law transitions": "trans",
+}
+
+
 def test_family(r: TestResult) -> str:
     """Aggregate a test across cells: "L1 ks", "L2 acceptance=declared", "L3 contract", ..."""
-    name = "contract" if r.test.startswith("contract") else r.test
-    return f"{r.layer} {name}"
+    if r.test.startswith("contract"):
+        return f"{r.layer} contract"
+    if r.layer == "L4":
+        if r.test.startswith("chain-law step"):
+            return "L4 chain-law steps"
+        if r.test.startswith("chain-law transitions"):
+            return "L4 chain-law transitions"
+        return f"L4 {r.test.split()[0]}"
+    if r.test.startswith("tails"):
+        return "L1 tails"
+    return f"{r.layer} {r.test}"
+
+
+test_family.__test__ = False  # not a pytest test
 
 
 def kill_matrix(reports: dict[str, BatteryReport]) -> tuple[list[str], dict[str, dict[str, bool]]]:
@@ -144,7 +166,7 @@ def kill_matrix(reports: dict[str, BatteryReport]) -> tuple[list[str], dict[str,
 
 def format_kill_matrix(reports: dict[str, BatteryReport]) -> str:
     fams, mat = kill_matrix(reports)
-    short = [f.replace("acceptance", "acc").replace("contract", "contr") for f in fams]
+    short = [_SHORT.get(f, "tails" if f == "L1 tails" else f) for f in fams]
     w0 = max([len("mutant")] + [len(m) for m in mat])
     head = "mutant".ljust(w0) + "  " + "  ".join(s for s in short) + "  killed"
     lines = [head, "-" * len(head)]
@@ -154,7 +176,9 @@ def format_kill_matrix(reports: dict[str, BatteryReport]) -> str:
         lines.append(m.ljust(w0) + "  " + "  ".join(cells) + "  " + ("yes" if killed else "NO") +
                      f" ({reports[m].wall_s:.0f} s)")
     n_k = sum(any(r.values()) for r in mat.values())
-    lines.append(f"{n_k}/{len(mat)} mutants killed (X: some test of that family failed; '.': ran and passed)")
+    lines.append(f"{n_k}/{len(mat)} mutants killed (X: some test of that family failed; '.': ran and passed; "
+                 "blank: not run)")
+    lines.append("columns: " + "; ".join(f"{s_}={f}" for s_, f in zip(short, fams)))
     return "\n".join(lines)
 
 
@@ -170,4 +194,4 @@ def report_from_dict(d: dict) -> BatteryReport:
                 kw[k] = math.nan
         res.append(TestResult(**kw))
     return BatteryReport(d["verifier"], d["suite"], d["seed"], d["family_alpha"], d["per_test_alpha"], d["device"],
-                         res, list(d.get("notes", [])), float(d.get("wall_s", 0.0)))
+                         res, list(d.get("notes", [])), float(d.get("wall_s", 0.0)), float(d.get("cpu_s", 0.0)))

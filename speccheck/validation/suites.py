@@ -11,6 +11,10 @@ A suite names its seed, family-wise false-failure rate, and the size of each lay
     K = [1, 2, 4, 16]
     n = 131072                   # draws per cell
     tail_q = 0.01                # the binned tail test looks at the lower and upper 1%
+    [[scalar.extra]]             # extra cells with their own n (e.g. a hard cell sampled more)
+    delta = 1.0
+    K = 2
+    n = 524288
     [contract]
     n = 256                      # rows for the determinism checks
     [wrapper]                    # layer 3: verify_states in d dimensions
@@ -43,6 +47,7 @@ class ScalarSpec:
     n: int
     chunk: int = 1 << 18
     tail_q: float = 0.01
+    extra: list[tuple[float, int, int]] = field(default_factory=list)  # (delta, K, n) cells
 
 
 @dataclass
@@ -117,7 +122,14 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
         tail_q = float(t.get("tail_q", 0.01))
         if not 0 < tail_q < 0.5:
             raise ValueError(f"suite [scalar] tail_q must be in (0, 0.5), got tail_q={tail_q!r}")
-        scalar = ScalarSpec(deltas, list(Ks), _pos_int(t, "n", "scalar"), _pos_int(t, "chunk", "scalar", 1 << 18), tail_q)
+        extra = []
+        for i, c in enumerate(t.get("extra", [])):
+            d = float(c.get("delta", -1.0))
+            if not d >= 0 or d == float("inf"):
+                raise ValueError(f"suite [[scalar.extra]] #{i}: delta must be finite and >= 0, got delta={c.get('delta')!r}")
+            extra.append((d, _pos_int(c, "K", "scalar.extra"), _pos_int(c, "n", "scalar.extra")))
+        scalar = ScalarSpec(deltas, list(Ks), _pos_int(t, "n", "scalar"), _pos_int(t, "chunk", "scalar", 1 << 18), tail_q,
+                            extra)
     wrapper = None
     if "wrapper" in data:
         t = data["wrapper"]

@@ -135,6 +135,14 @@ def ndtr(x: Tensor) -> Tensor:
 def _bernstein(a: Tensor, left: Tensor, x: Tensor) -> Tensor:
     """sum_r a_r x^(r-1) where ``left`` and sum_r a_r x^(K-r) elsewhere (Horner), a [n|1, K]."""
     K = a.shape[-1]
+    if a.shape[0] == 1:  # one set of coefficients: select them with scalar arithmetic
+        c = a[0].tolist()
+        lf = left.to(x.dtype)
+        f = lf * (c[K - 1] - c[0]) + c[0]
+        for j in range(K - 2, -1, -1):
+            lo, hi = c[K - 1 - j], c[j]
+            f = torch.addcmul(lf * (hi - lo) + lo if hi != lo else torch.full_like(x, lo), f, x)
+        return f
     f = torch.where(left, a[:, K - 1:K], a[:, 0:1])
     for j in range(K - 2, -1, -1):
         f = torch.addcmul(torch.where(left, a[:, j:j + 1], a[:, K - 1 - j:K - j]), f, x)
@@ -217,7 +225,12 @@ class RASS(ScalarVerifier):
         if K == 1:
             sel, index = s[:, 0], torch.zeros(B, dtype=torch.long, device=dev)
         else:
-            vals, order = torch.sort(s, dim=1)
+            if K == 2:  # a sort of two is a comparison
+                swap = s[:, 0] > s[:, 1]
+                vals = torch.stack([torch.minimum(s[:, 0], s[:, 1]), torch.maximum(s[:, 0], s[:, 1])], dim=1)
+                order = torch.stack([swap.long(), (~swap).long()], dim=1)
+            else:
+                vals, order = torch.sort(s, dim=1)
             cum = torch.cumsum(omega_u, dim=1)[:, :-1]
             cum = cum if single else cum[group]
             r = (uniform((B, 1), s, generator) >= cum).sum(dim=1, keepdim=True)

@@ -250,7 +250,7 @@ def test_battery_power_curves(quick_run):
 
 
 def test_kill_matrix_from_battery_json(tmp_path):
-    """figure 7 can read `speccheck battery --mutants --json` output instead of running it."""
+    """figure 7 reads `speccheck battery --mutants --json` output (when the file exists) instead of running."""
     from speccheck.figures.base import FigureConfig
     from speccheck.figures.battery_fig import compute_kill_matrix
     from speccheck.validation.battery import BatteryReport
@@ -272,3 +272,25 @@ def test_kill_matrix_from_battery_json(tmp_path):
     got = {(r["verifier"], r["family"]): (r["kind"], r["killed"]) for r in t.rows()}
     assert got == {("dgrs-x", "L1 contract"): ("mutant", 0), ("dgrs-x", "L1 ks"): ("mutant", 1),
                    ("ref-dgrs", "L1 contract"): ("reference", 0), ("ref-dgrs", "L1 ks"): ("reference", 0)}
+
+
+def test_read_only_sweep_notes_missing_cells(quick_run, tmp_path):
+    """--no-sweep-run: figures 5-6 from an incomplete sweep folder; the gaps are named, not run."""
+    import shutil
+
+    from speccheck.figures.base import FigureConfig
+    from speccheck.figures.measured import compute_heatmaps
+
+    src, dst = quick_run["sweep"], tmp_path / "sweep"
+    shutil.copytree(src, dst)
+    with open(dst / "trajectories.csv") as f:
+        lines = f.readlines()
+    with open(dst / "trajectories.csv", "w") as f:
+        f.writelines([lines[0]] + [ln for ln in lines[1:] if not ln.startswith("rass,2,3,")])
+    data = compute_heatmaps(FigureConfig(quick=True, sweep_dir=str(dst), sweep_run=False))
+    assert len(data.main) == 3 * 2 * 2 - 1
+    assert "1 cells missing" in data.notes[0] and "rass (2,3)" in data.notes[0]
+    proto = json.loads((dst / "protocol.json").read_text())
+    (dst / "protocol.json").write_text(json.dumps({**proto, "eps": 0.3}))
+    with pytest.raises(ValueError, match="another protocol"):
+        compute_heatmaps(FigureConfig(quick=True, sweep_dir=str(dst), sweep_run=False))

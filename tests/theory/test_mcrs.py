@@ -142,3 +142,49 @@ def test_policy_rows_on_simplex_and_cached():
 def test_bad_input_raises(call):
     with pytest.raises(ValueError):
         call()
+
+
+@pytest.mark.parametrize("K", [3, 5])
+def test_richer_policy_design_matrices_are_selection_laws(K):
+    # the measurement LPs (top-2 and min-max conditioned policies): a constant policy e_r must
+    # give the r-th order statistic's Beta(r, K - r + 1) density, and a random policy a density
+    # whose bin masses match a Monte Carlo of the rule (|z| < 5.3 on each of <= 200 bins in all:
+    # false-failure rate < 3e-5).
+    from speccheck.theory.mcrs import (
+        _breakpoints, _design_matrix_minmax, _design_matrix_top2, _quadrature, minmax_edges,
+    )
+
+    G = 5
+    lo, lobar, hi, hibar = minmax_edges(K, G)
+    bu, by = _breakpoints(0.5, np.concatenate([lo, hi]), np.concatenate([lobar, hibar]), 8)
+    u, y, w = _quadrature(bu, by, 8)
+    rng = np.random.default_rng(K)
+    n = 1 << 18
+    S = np.sort(rng.random((n, K)), axis=1)
+    lower = bu[1:] <= 0.5
+    keep = np.where(lower, np.diff(bu), by[:-1] - by[1:]) > 0
+    for name, A, cells in [
+        ("top2", _design_matrix_top2(u, y, K, hi, hibar), None),
+        ("minmax", _design_matrix_minmax(u, y, K, G), None),
+    ]:
+        A = A.reshape(u.shape[0], -1, K)
+        per_rank = A.sum(axis=1)
+        for r in range(1, K + 1):
+            np.testing.assert_allclose(per_rank[:, r - 1], stats.beta(r, K - r + 1).pdf(u), atol=1e-11)
+        pi = rng.dirichlet(np.ones(K), size=A.shape[1])
+        g = np.einsum("mck,ck->m", A, pi)
+        if name == "top2":
+            c1 = np.clip(np.searchsorted(hi, S[:, -1], "right") - 1, 0, G - 1)
+            c2 = np.clip(np.searchsorted(hi, S[:, -2], "right") - 1, 0, G - 1)
+            cell = c1 * (c1 + 1) // 2 + c2
+        else:
+            c1 = np.clip(np.searchsorted(lo, S[:, 0], "right") - 1, 0, G - 1)
+            c2 = np.clip(np.searchsorted(hi, S[:, -1], "right") - 1, 0, G - 1)
+            cell = c1 * G + c2
+        r = (rng.random(n)[:, None] > np.cumsum(pi[cell], axis=1)[:, :-1]).sum(axis=1)
+        x = S[np.arange(n), r]
+        mass = (w * g).reshape(-1, 8).sum(axis=1)
+        cnt = np.histogram(x, bins=bu)[0][keep]
+        assert mass.sum() == pytest.approx(1.0, abs=1e-12)
+        z = (cnt / n - mass) / np.sqrt(mass * (1 - mass) / n + 1e-300)
+        assert np.max(np.abs(z)) < 5.3, name

@@ -146,3 +146,29 @@ def test_run_mutants_rejects_unknown_names(tiny):
 
     with pytest.raises(ValueError, match="unknown mutant"):
         run_mutants(tiny(), names=["no-such-mutant"])
+
+
+class _BadShapes:
+    name = "bad-shapes"
+
+    def verify(self, delta, s, generator=None):
+        B, K = s.shape
+        return s, torch.zeros(B, dtype=torch.bool), torch.full((B,), K)  # s_out has shape [B, K]
+
+
+class _IgnoresGenerator:
+    """Exact (fresh draws, never accepts) but draws from the global RNG: not reproducible."""
+
+    name = "global-rng"
+
+    def verify(self, delta, s, generator=None):
+        B, K = s.shape
+        out = delta + torch.randn(B, dtype=s.dtype)
+        return out, torch.zeros(B, dtype=torch.bool), torch.full((B,), K, dtype=torch.long)
+
+
+def test_contract_shape_and_reproducibility(tiny):
+    rep = run_battery(_BadShapes(), tiny(Ks=(2,)))
+    assert "contract:shape" in _failed_tests(rep)
+    rep = run_battery(_IgnoresGenerator(), tiny(Ks=(2,)))
+    assert "contract:same-seed" in _failed_tests(rep)

@@ -87,6 +87,8 @@ def test_exit_codes_in_process(outside, capsys):
     assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", "no-such-suite"]) == 2
     assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite, "--device", "tpu"]) == 2
     assert cli.main(["battery", "--suite", suite]) == 2
+    if not __import__("torch").cuda.is_available():
+        assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite, "--device", "cuda"]) == 2
     assert "error" in capsys.readouterr().err
 
 

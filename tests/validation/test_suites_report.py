@@ -17,6 +17,7 @@ def test_builtin_suites_load_and_are_sized():
     assert min(s["gate"].scalar.deltas) <= 0.05 and max(s["gate"].scalar.deltas) >= 10
     assert all(x.family_alpha == 1e-3 for x in s.values())
     assert len({x.seed for x in s.values()}) == 3
+    assert (1.0, 2, 2 ** 19) in s["gate"].scalar.extra
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -26,6 +27,7 @@ def test_builtin_suites_load_and_are_sized():
     ({"scalar": {"deltas": [1.0], "K": [1], "n": 0}}, "n"),
     ({"wrapper": {"dims": [], "n": 10}}, "dims"),
     ({"seed": -3}, "seed"),
+    ({"scalar": {"deltas": [1.0], "K": [1], "n": 10, "extra": [{"delta": -1, "K": 1, "n": 5}]}}, "extra"),
 ])
 def test_bad_suites_are_rejected(bad, match):
     with pytest.raises(ValueError, match=match):

@@ -1,0 +1,118 @@
+"""Throughput of the scalar verification kernels (trials/s), as ratios against the papers.
+
+    python benchmarks/bench_verifiers.py                      # CPU, batch 2^20
+    python benchmarks/bench_verifiers.py --device cuda --batch 2^24
+
+For each rule, K in {1, 2, 4, 8} and delta in {0.5, 2}: one verify call on a batch of i.i.d.
+N(0, 1) drafts at constant delta (weights/levels cached by a warm-up call), median of
+--repeat timed calls. Printed ratios:
+  * x paper: our trials/s divided by the paper's per-call rate (one trial per 30-55 us, i.e.
+    1.8e4-3.3e4 trials/s; printed against the 55 us end and the 30 us end);
+  * RASS / D-GRS: time ratio at the same (K, delta) (paper: within 1.5% with rejection
+    sampling; target here: <= 1.5x).
+Targets: >= 1e6 trials/s for every rule at K <= 8 on a 2-core CPU. On a shared machine the
+wall clock is noisy: the CPU-time column (process CPU seconds / threads) is reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from speccheck.verifiers import get
+
+PAPER_US = (30.0, 55.0)
+
+
+def _int_expr(text: str) -> int:
+    text = text.strip()
+    if "^" in text:
+        base, exp = text.split("^")
+        return int(base) ** int(exp)
+    return int(text)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_one(rule: str, K: int, delta: float, B: int, device: torch.device, repeat: int, seed: int = 0):
+    v = get(rule)
+    g = torch.Generator(device=device).manual_seed(seed)
+    s = torch.randn(B, K, generator=g, dtype=torch.float64, device=device)
+    d = torch.full((B,), delta, dtype=torch.float64, device=device)
+    v.verify(d, s, g)  # warm-up: LP weights / levels / allocator
+    _sync(device)
+    walls, cpus = [], []
+    for _ in range(repeat):
+        c0, w0 = time.process_time(), time.perf_counter()
+        v.verify(d, s, g)
+        _sync(device)
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch", default="2^20", help="batch size, e.g. 2^20 or 1048576")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rules", default="rmc,dgrs,rass,rass-icdf")
+    ap.add_argument("--K", default="1,2,4,8")
+    ap.add_argument("--delta", default="0.5,2")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = ap.parse_args(argv)
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("cuda requested but not available", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    B = _int_expr(args.batch)
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()]
+    Ks = [int(k) for k in args.K.split(",")]
+    deltas = [float(x) for x in args.delta.split(",")]
+    threads = torch.get_num_threads()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"device={device} batch={B} threads={threads} repeat={args.repeat} load-avg(1 min)={load:.1f} "
+          f"torch={torch.__version__}")
+    hdr = (f"{'rule':<10} {'K':>2} {'delta':>5} {'wall s':>8} {'trials/s':>10} {'x paper(55us)':>13} "
+           f"{'x paper(30us)':>13} {'cpu-trials/s':>12} {'vs D-GRS':>8}  target")
+    print(hdr)
+    print("-" * len(hdr))
+    times: dict[tuple, float] = {}
+    ok = True
+    for rule in rules:
+        v = get(rule)
+        for K in Ks:
+            if hasattr(v, "supports_K") and not v.supports_K(K):
+                continue
+            for delta in deltas:
+                wall, cpu = bench_one(rule, K, delta, B, device, args.repeat)
+                times[(rule, K, delta)] = wall
+                rate = B / wall
+                cpu_rate = B / (cpu / threads) if cpu > 0 else float("nan")
+                ratio = ""
+                if rule.startswith("rass") and ("dgrs", K, delta) in times:
+                    ratio = f"{wall / times[('dgrs', K, delta)]:.2f}x"
+                target = rate >= 1e6
+                if rule == "rass" and ("dgrs", K, delta) in times:
+                    target = target and wall <= 1.5 * times[("dgrs", K, delta)]
+                ok = ok and target
+                print(f"{rule:<10} {K:>2} {delta:>5g} {wall:>8.3f} {rate:>10.3g} {rate * PAPER_US[1] * 1e-6:>13.1f} "
+                      f"{rate * PAPER_US[0] * 1e-6:>13.1f} {cpu_rate:>12.3g} {ratio:>8}  {'ok' if target else 'MISS'}",
+                      flush=True)
+    print("targets met" if ok else "some targets missed (see MISS; on a loaded machine compare cpu-trials/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
