@@ -197,8 +197,9 @@ def gallery_markdown(manifest: dict, command: str = "speccheck figures") -> str:
         "`--battery-suite gate` for the CI gate); `--battery-json PATH` reads saved reports "
         "(`speccheck battery --mutants --json PATH`) or saves them there.",
         "",
-        "The committed figures: `speccheck sweep --verifiers rmc dgrs rass --K 1..7 --L 2..7 "
-        "--trajectories 100 --seed 0 --out results --name gmm-paper-full`, then "
+        "The committed figures come from `speccheck sweep --verifiers rmc dgrs rass --K 1..7 --L 2..7 "
+        "--trajectories 100 --seed 0 --out results --name gmm-paper-full` (per-cell seeds depend on "
+        "(seed, rule, K) only, so the sweep may be run in pieces and merged), then "
         "`speccheck figures --sweep results/gmm-paper-full --battery-json results/battery-smoke.json`.",
         "",
     ]

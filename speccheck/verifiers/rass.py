@@ -161,11 +161,11 @@ def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
         if Ad is None or not bool((Ad != 0).any()):
             return torch.zeros_like(s)
         return torch.log1p(Ad[:, :1] * torch.ones_like(s))
-    u = ndtr(s)
-    v = ndtr(-s)
-    left = u <= v
-    big = torch.where(left, v, u)
-    x = torch.where(left, u, v) / big
+    # one erfc: the smaller of u = Phi(s) and 1 - u is the tail Phi(-|s|), the larger 1 - that
+    small = 0.5 * torch.special.erfc(s.abs() * _SQRT1_2)
+    left = s <= 0  # u <= 1 - u
+    big = 1.0 - small
+    x = small / big
     scale = big ** (K - 1)
     Bv = _bernstein(A, left, x) * scale
     logB = torch.log(Bv)

@@ -26,7 +26,7 @@ def _failed_tests(rep):
 
 def test_reference_rules_pass(tiny):
     for rule, Ks in ((ReferenceRMC(), (1,)), (ReferenceDGRS(), (1, 3)), (ReferenceRASS(), (2, 4))):
-        rep = run_battery(rule, tiny(deltas=(0.3, 2.0), Ks=Ks))
+        rep = run_battery(rule, tiny(deltas=(1.0, 2.0), Ks=Ks))
         assert rep.passed, format_report(rep, only_failures=True)
         assert any(r.test == "acceptance=declared" for r in rep.results)
 

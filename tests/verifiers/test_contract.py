@@ -17,7 +17,7 @@ def _Ks(rule):
     return [1] if rule == "rmc" else [1, 2, 5]
 
 
-def _batch(n, K, seed, delta_max=3.0, distinct=64):
+def _batch(n, K, seed, delta_max=3.0, distinct=16):
     g = torch.Generator().manual_seed(seed)
     # ``distinct`` different deltas spread over the rows (the inverse-CDF tables cost per delta)
     levels = torch.rand(distinct, generator=g, dtype=torch.float64) * delta_max
