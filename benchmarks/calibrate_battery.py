@@ -72,14 +72,19 @@ def main(argv=None) -> int:
     futs = [ex.submit(_work, rule, args.suite, blk, args.device) for rule, blk in jobs]
     try:
         for f in as_completed(futs, timeout=args.time_budget):
-            records += f.result()
+            recs = f.result()
+            records += recs
+            if args.out:  # incremental, so an interrupted calibration keeps its runs
+                with open(args.out + "l", "a") as fh:
+                    fh.writelines(json.dumps(r) + "\n" for r in recs)
             print(f"[calibrate] {len(records)}/{len(args.rules) * len(seeds)} runs done "
                   f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
         ex.shutdown()
     except TimeoutError:
         print(f"[calibrate] time budget reached: summarising {len(records)} completed runs", file=sys.stderr)
+        procs = list((getattr(ex, "_processes", None) or {}).values())
         ex.shutdown(wait=False, cancel_futures=True)
-        for proc in list(getattr(ex, "_processes", {}).values()):
+        for proc in procs:
             proc.terminate()
     summary = {"suite": args.suite, "family_alpha": alpha, "seeds_requested": [seeds[0], seeds[-1]],
                "device": args.device, "rules": {}}

@@ -26,6 +26,14 @@ from speccheck.theory.rass import (
     residual_intervals,
     sf_p_omega,
 )
+from speccheck.theory.mcrs import (
+    MCRSPolicy,
+    acceptance_mcrs,
+    acceptance_of_policy,
+    gap_closed_mcrs,
+    mcrs_gap_table,
+    mcrs_policy,
+)
 from speccheck.theory.speedup import (
     chain_ceiling,
     commit_distribution,
@@ -40,5 +48,6 @@ __all__ = [
     "RankWeightSolution", "ResidualInterval", "acceptance_rass", "cdf_p_omega", "crossings",
     "log_p_omega", "rank_weight_solution", "rank_weights", "rank_weights_cvxpy",
     "residual_intervals", "sf_p_omega", "chain_ceiling", "commit_distribution", "expected_nfe",
-    "expected_steps_per_round", "predicted_speedup",
+    "expected_steps_per_round", "predicted_speedup", "MCRSPolicy", "acceptance_mcrs",
+    "acceptance_of_policy", "gap_closed_mcrs", "mcrs_gap_table", "mcrs_policy",
 ]

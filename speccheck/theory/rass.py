@@ -229,7 +229,9 @@ def lp_matrices(delta: float, K: int, nodes: np.ndarray):
 
 
 def _solve_lp_highs(q, A, w_quad) -> tuple[np.ndarray, float]:
-    """maximise sum_m w_m min(q_m, (A omega)_m) over the simplex, as an LP solved by HiGHS.
+    """maximise sum_m w_m min(q_m, (A omega)_m) over the simplex, as an LP solved by HiGHS
+    (interior point with crossover: the dual simplex stalls for minutes on the degenerate
+    LPs of small delta and large K).
 
     Nodes where q_m >= max_r A[m, r] contribute the linear term w_m (A omega)_m and nodes
     where q_m <= min_r A[m, r] the constant w_m q_m; only the remaining nodes need a hinge
@@ -249,7 +251,7 @@ def _solve_lp_highs(q, A, w_quad) -> tuple[np.ndarray, float]:
     ], format="csc")
     res = optimize.linprog(cost, A_ub=mat[:M], b_ub=np.zeros(M), A_eq=mat[M:], b_eq=[1.0],
                            bounds=np.column_stack([np.zeros(K + M), np.concatenate([np.ones(K), qh])]),
-                           method="highs-ds")
+                           method="highs-ipm")
     if res.status != 0:
         raise RuntimeError(f"rank-weight LP failed: {res.message}")
     w = np.clip(res.x[:K], 0.0, None)

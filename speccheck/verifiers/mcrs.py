@@ -28,6 +28,7 @@ from speccheck.theory import mcrs as _theory
 from speccheck.verifiers import _residual
 from speccheck.verifiers.base import ScalarVerifier, VerifyResult, positive_uniform, uniform
 from speccheck.verifiers.dgrs import group_deltas
+from speccheck.verifiers.rass import ndtr as _ndtr
 
 Tensor = torch.Tensor
 
@@ -165,8 +166,8 @@ def log_g(s: Tensor, pslot: Tensor, tab: dict) -> Tensor:
 
     On cell j, g = sum_k P[j, k] z^k with z = a_{j+1} - u = y - (1 - a_{j+1}) >= 0 taken from
     y = Phibar(s) (accurate where u rounds to 1); exactly 0 for the uniform policy."""
-    u = torch.special.ndtr(s)
-    y = torch.special.ndtr(-s)
+    u = _ndtr(s)
+    y = _ndtr(-s)
     j = _cell(u, tab)
     K = tab["C"].shape[0]
     z = (y - tab["abar"][j + 1]).clamp(min=0.0)
@@ -222,7 +223,7 @@ class MCRS(ScalarVerifier):
             r = torch.zeros((B, 1), dtype=torch.long, device=dev)
         else:
             top = vals[:, K - 1 :]
-            j = _cell(torch.special.ndtr(top), tab)[:, 0]
+            j = _cell(_ndtr(top), tab)[:, 0]
             cum = tab["cum"][slot_row.expand(B) if single else slot_row, j][:, :-1]  # [B, K-1]
             r = (uniform((B, 1), s, generator) >= cum).sum(dim=1, keepdim=True)
         sel = torch.gather(vals, 1, r)[:, 0]

@@ -48,7 +48,10 @@ def _cache_file(K: int) -> Path | None:
     root = os.environ.get("SPECCHECK_CACHE_DIR", str(Path.home() / ".cache" / "speccheck"))
     if not root:
         return None
-    key = hashlib.sha1(DELTA_GRID.tobytes()).hexdigest()[:12]
+    # keyed by the grid and the LP's source, so a changed LP never reuses stale weights
+    from speccheck.theory import rass as _lp
+
+    key = hashlib.sha1(DELTA_GRID.tobytes() + Path(_lp.__file__).read_bytes()).hexdigest()[:12]
     return Path(root) / f"rass_weights_K{K}_{key}.npy"
 
 
