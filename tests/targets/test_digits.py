@@ -16,13 +16,7 @@ from speccheck.targets import digits as D  # noqa: E402
 from speccheck.targets.edm import EDMTarget, load_edm_denoiser  # noqa: E402
 from speccheck.targets.sd3 import SD3Target  # noqa: E402
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small models: one torch thread is faster on the shared 2-core CI box (no oversubscription)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

@@ -24,13 +24,7 @@ from speccheck.targets.edm import (
     load_edm_denoiser,
 )
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small models: one torch thread is faster on the shared 2-core CI box (no oversubscription)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

@@ -25,13 +25,7 @@ TINY = dict(sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_laye
             num_attention_heads=2, joint_attention_dim=16, caption_projection_dim=16, pooled_projection_dim=8,
             pos_embed_max_size=4)
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small models: one torch thread is faster on the shared 2-core CI box (no oversubscription)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
