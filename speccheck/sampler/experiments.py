@@ -143,7 +143,7 @@ def _summarize_chunks(results, ver, sched, L, sel) -> dict:
         return summarize(res, ver, sched.stochastic, L, m)
     from speccheck.sampler.core import SamplerResult, EventLog
     # concatenate results of the chunks (events' traj ids offset)
-    off, evs, fields = 0, [], {}
+    off, evs = 0, []
     for res, m in parts:
         e = res.events
         evs.append(EventLog(**{k: (getattr(e, k) + off if k == "traj" else getattr(e, k))

@@ -73,7 +73,6 @@ class GaussianMixture:
 
     def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """n i.i.d. data samples [n, d] (for checks)."""
-        C = self.means.shape[0]
         idx = torch.multinomial(self.log_w.exp(), n, replacement=True, generator=generator)
         z = torch.randn(n, self.d, generator=generator, dtype=self.dtype)
         return self.means[idx] + self.stds[idx].unsqueeze(1) * z

@@ -637,7 +637,6 @@ def _design_matrix_minmax(u, y, K, G):
     """
     lo, lobar, hi, hibar = minmax_edges(K, G)
     a1, b1 = lo[:-1][:, None], lo[1:][:, None]  # (G, 1): min cells
-    a2, b2 = hi[:-1][None, :], hi[1:][None, :]  # (1, G): max cells
     A = np.zeros((u.shape[0], G, G, K))
     hb1, hb0 = hibar[1:][None, :], hibar[:-1][None, :]  # 1 - b2, 1 - a2
     for i, (x, yx) in enumerate(zip(u, y)):

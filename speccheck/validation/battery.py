@@ -36,7 +36,6 @@ import torch
 from scipy import special, stats as sstats
 
 from speccheck.validation.stats import (
-    POWER,
     TestResult,
     binom_test,
     holm_adjust,
@@ -231,7 +230,7 @@ def _determinism(verifier, cell: str, delta: float, K: int, n: int, device, seed
 
 def _scalar_cell(verifier, delta: float, K: int, n_draws: int, suite: Suite, alpha_t: float, device, seed: int,
                  has_acc: bool, tick: Callable[[int], None]) -> list[TestResult]:
-    from speccheck.validation._theory import list_bound_iid
+    from speccheck.theory import list_bound_iid
 
     spec = suite.scalar
     cell = f"delta={delta:g},K={K}" + ("" if n_draws == spec.n else f",n={n_draws}")

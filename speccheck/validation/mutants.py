@@ -23,8 +23,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from speccheck.validation._theory import acceptance_dgrs, acceptance_rass, acceptance_rmc, dgrs_levels
-from speccheck.validation._theory import rank_weights, residual_intervals
+from speccheck.theory import acceptance_dgrs, acceptance_rass, acceptance_rmc, dgrs_levels
+from speccheck.theory import rank_weights, residual_intervals
 
 Tensor = torch.Tensor
 

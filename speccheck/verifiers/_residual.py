@@ -257,7 +257,6 @@ def sample_icdf(
     else:
         order = torch.argsort(row_group, stable=True)
         sorted_groups = row_group[order]
-    U = delta_u.shape[0]
     used = torch.unique_consecutive(sorted_groups)
     per = max(1, min(256, max_elems // (N_CELLS * (N_GL + 1) * max(1, log_b_terms))))
     bounds = torch.searchsorted(sorted_groups, used[per::per].contiguous()).tolist() if used.numel() > per else []

@@ -164,3 +164,15 @@ def group_deltas(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return delta[:1], torch.zeros(delta.shape[0], dtype=torch.long, device=delta.device)
     u, inv = torch.unique(delta, return_inverse=True)
     return u, inv
+
+
+def couple_selected(sel: Tensor, index: Tensor, h: Tensor, K: int, generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Maximal coupling of a selected draft with the target: accept w.p. min(1, exp(h)),
+    h = log q(sel) - log p(sel) (log space, so no overflow at large delta).
+
+    Returns (s_out = a copy of sel, accepted, index with K where rejected, rejected rows);
+    the caller fills s_out[rejected] from the residual (q - p)_+.
+    """
+    accepted = torch.log(positive_uniform(sel.shape, sel, generator)) <= h
+    index = torch.where(accepted, index, torch.full_like(index, K))
+    return sel.clone(), accepted, index, torch.nonzero(~accepted, as_tuple=True)[0]

@@ -26,8 +26,13 @@ import torch
 
 from speccheck.theory import mcrs as _theory
 from speccheck.verifiers import _residual
-from speccheck.verifiers.base import ScalarVerifier, VerifyResult, positive_uniform, uniform
-from speccheck.verifiers.dgrs import group_deltas
+from speccheck.verifiers.base import (
+    ScalarVerifier,
+    VerifyResult,
+    couple_selected,
+    group_deltas,
+    uniform,
+)
 from speccheck.verifiers.rass import ndtr as _ndtr
 
 Tensor = torch.Tensor
@@ -229,10 +234,7 @@ class MCRS(ScalarVerifier):
         sel = torch.gather(vals, 1, r)[:, 0]
         index = torch.gather(order, 1, r)[:, 0]
         h = _residual.log_ratio(sel, delta, log_g(sel[:, None], slot_row, tab)[:, 0])
-        accepted = torch.log(positive_uniform((B,), s, generator)) <= h
-        s_out = sel.clone()
-        index = torch.where(accepted, index, torch.full_like(index, K))
-        rej = torch.nonzero(~accepted, as_tuple=True)[0]
+        s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
         if rej.numel():
             uni = tab["uniform"][slot_row.expand(B) if single else slot_row][rej]
             s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])  # reflection (p = phi)

@@ -31,7 +31,13 @@ import numpy as np
 import torch
 
 from speccheck.verifiers import _residual
-from speccheck.verifiers.base import ScalarVerifier, VerifyResult, group_deltas, positive_uniform, uniform
+from speccheck.verifiers.base import (
+    ScalarVerifier,
+    VerifyResult,
+    couple_selected,
+    group_deltas,
+    uniform,
+)
 
 Tensor = torch.Tensor
 _SQRT1_2 = math.sqrt(0.5)
@@ -240,10 +246,7 @@ class RASS(ScalarVerifier):
             sel = torch.gather(vals, 1, r)[:, 0]
             index = torch.gather(order, 1, r)[:, 0]
         h = _residual.log_ratio(sel, delta, log_mix(sel[:, None], A_row, Ad_row)[:, 0])
-        accepted = torch.log(positive_uniform((B,), s, generator)) <= h
-        s_out = sel.clone()
-        index = torch.where(accepted, index, torch.full_like(index, K))
-        rej = torch.nonzero(~accepted, as_tuple=True)[0]
+        s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
         if rej.numel():
             s_out[rej] = self._residual(delta_u, A_u, Ad_u, group[rej], generator)
         return s_out, accepted, index
