@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from speccheck.theory import acceptance_dgrs, acceptance_rass, acceptance_rmc, dgrs_levels
-from speccheck.theory import rank_weights, residual_intervals
+from speccheck.theory import residual_intervals
+from speccheck.verifiers.rass import rass_weights
 
 Tensor = torch.Tensor
 
@@ -245,43 +246,52 @@ def _dgrs_residual(delta: Tensor, lam: Tensor, like: Tensor, generator) -> Tenso
 
 
 # --------------------------------------------------------------------------------- RASS
-@functools.lru_cache(maxsize=1024)
-def _rass_tables(d: float, K: int, bug: str | None):
-    """(omega used to select, omega used in the density, beta orders (a_r, b_r), the kept
-    residual interval or None)."""
-    w = rank_weights(d, K)
+@functools.lru_cache(maxsize=4096)
+def _wrong_interval(d: float, K: int) -> tuple[float, float]:
+    """The largest residual interval at (d, K) with the interpolated weights (the mutant's keep)."""
+    ivs = residual_intervals(d, K, rass_weights(d, K))
+    iv = max(ivs, key=lambda t: t.mass)
+    return iv.lo, iv.hi
+
+
+def _rass_tables(d: np.ndarray, K: int, bug: str | None):
+    """Per distinct delta d [U]: omega used to select [U, K], omega used in the density [U, K],
+    beta orders (a_r, b_r) [K], kept residual interval [U, 2] (whole line unless bug).
+
+    The weights are those of the built-in kernel (the LP on a fine delta grid, linearly
+    interpolated: any convex combination is in W_K, so the reference stays exact), which keeps
+    a batch of many distinct deltas (the trajectory layer) at one cached LP per grid point."""
+    w = rass_weights(d, K)
     w_density = w
     if bug == "weights_Km1" and K > 1:
-        w_density = np.concatenate([[0.0], rank_weights(d, K - 1)])
+        w_density = np.concatenate([np.zeros((d.size, 1)), rass_weights(d, K - 1)], axis=1)
     r = np.arange(1, K + 1)
     a, b = r.astype(float), (K - r + 1).astype(float)
     if bug == "beta_offbyone":
         b = b + 1.0  # the order-statistic densities of K + 1 draws
-    keep = None
-    if bug == "wrong_interval" and d > 0:
-        ivs = residual_intervals(d, K, w)
-        if ivs:
-            iv = max(ivs, key=lambda t: t.mass)
-            keep = (iv.lo, iv.hi)
+    keep = np.tile([-np.inf, np.inf], (d.size, 1))
+    if bug == "wrong_interval":
+        for i, di in enumerate(d):
+            if di > 0:
+                keep[i] = _wrong_interval(float(di), K)
     return w, w_density, a, b, keep
 
 
-def _log_p(x: Tensor, w: np.ndarray, a: np.ndarray, b: np.ndarray) -> Tensor:
-    """log sum_r w_r phi(x) Beta(a_r, b_r) density at Phi(x) (torch, any shape)."""
+def _log_p(x: Tensor, w: Tensor, a: np.ndarray, b: np.ndarray) -> Tensor:
+    """log sum_r w_r phi(x) Beta(a_r, b_r) density at Phi(x); x [n, m], per-row w [n, K]."""
     to = functools.partial(torch.as_tensor, dtype=x.dtype, device=x.device)
     from scipy import special
 
     log_coef = to(-special.betaln(a, b))
-    with np.errstate(divide="ignore"):
-        log_w = to(np.log(w))
     xx = x[..., None]
-    terms = (log_w + log_coef - 0.5 * xx * xx - 0.5 * math.log(2 * math.pi)
+    terms = (torch.log(w)[:, None, :] + log_coef - 0.5 * xx * xx - 0.5 * math.log(2 * math.pi)
              + to(a - 1) * torch.special.log_ndtr(xx) + to(b - 1) * torch.special.log_ndtr(-xx))
     return torch.logsumexp(terms, dim=-1)
 
 
 class ReferenceRASS(_Rule):
-    """Rank-aware selection with optimal weights, maximal coupling with q, rejection-sampled residual.
+    """Rank-aware selection (the kernel's grid-interpolated LP weights), maximal coupling with q,
+    rejection-sampled residual from plain N(delta, 1) proposals.
 
     bugs: "beta_offbyone" (densities of K + 1 draws), "weights_Km1" (density evaluated with
     the weights cached for K - 1), "top_uncorrected" (the top rank is accepted without the
@@ -297,53 +307,46 @@ class ReferenceRASS(_Rule):
         self.name = "ref-rass" if bug is None else f"rass-{bug}"
 
     def acceptance(self, delta, K: int):
-        return acceptance_rass(delta, K)
+        d = np.asarray(delta, np.float64)
+        W = rass_weights(d, K)
+        out = np.empty(d.shape)
+        for idx, di in np.ndenumerate(d):
+            out[idx] = 1.0 if di == 0 else acceptance_rass(float(di), K, W[idx])
+        return out
 
     def verify(self, delta: Tensor, s: Tensor, generator=None):
         B, K = s.shape
-        out = torch.empty(B, dtype=s.dtype, device=s.device)
-        accepted = torch.zeros(B, dtype=torch.bool, device=s.device)
-        index = torch.full((B,), K, dtype=torch.long, device=s.device)
-        d_np = delta.detach().cpu().numpy()
-        for d in np.unique(d_np):
-            rows = torch.nonzero(delta == float(d)).flatten()
-            o, a, i = self._verify_one(float(d), s[rows], generator)
-            out[rows], accepted[rows], index[rows] = o, a, i
-        return out, accepted, index
-
-    def _verify_one(self, d: float, s: Tensor, generator):
-        B, K = s.shape
-        if d == 0.0:
-            return s[:, 0].clone(), torch.ones(B, dtype=torch.bool, device=s.device), torch.zeros(B, dtype=torch.long, device=s.device)
-        w, w_den, a, b, keep = _rass_tables(d, K, self.bug)
+        d_u, group = torch.unique(delta, return_inverse=True)
+        w, w_den, a, b, keep = _rass_tables(d_u.cpu().numpy(), K, self.bug)
+        to = functools.partial(torch.as_tensor, dtype=s.dtype, device=s.device)
+        w, w_den, keep = to(w)[group], to(w_den)[group], to(keep)[group]
         s_sorted, order = torch.sort(s, dim=1)
-        cdf = torch.as_tensor(np.cumsum(w), dtype=s.dtype, device=s.device)
         u = _rand(B, s, generator)
-        r = torch.clamp(torch.searchsorted(cdf, u[:, None]).flatten(), max=K - 1)
+        r = torch.clamp((u[:, None] >= torch.cumsum(w, dim=1)).sum(dim=1), max=K - 1)
         x = torch.gather(s_sorted, 1, r[:, None])[:, 0]
-        log_q = -0.5 * (x - d) ** 2 - 0.5 * math.log(2 * math.pi)
-        log_ratio = log_q - _log_p(x, w_den, a, b)
+        log_q = -0.5 * (x - delta) ** 2 - 0.5 * math.log(2 * math.pi)
+        log_ratio = log_q - _log_p(x[:, None], w_den, a, b)[:, 0]
         acc = torch.log(_rand(B, s, generator)) < log_ratio
         if self.bug == "top_uncorrected":
             acc = acc | (r == K - 1)
+        acc = acc | (delta == 0)  # q = p_omega: the selected draft is always accepted
         index = torch.where(acc, torch.gather(order, 1, r[:, None])[:, 0], K)
         out = x.clone()
         rej = torch.nonzero(~acc).flatten()
         if rej.numel():
-            n = rej.numel()
-            dt = torch.full((n,), d, dtype=s.dtype, device=s.device)
+            d_r, w_r, wd_r, keep_r = delta[rej], w[rej], w_den[rej], keep[rej]
 
             def propose(rows, m):
-                return dt[rows, None] + _randn((rows.numel(), m), s, generator)
+                return d_r[rows, None] + _randn((rows.numel(), m), s, generator)
 
             def log_accept(y, rows):
-                lq = -0.5 * (y - d) ** 2 - 0.5 * math.log(2 * math.pi)
-                lp = _log_p(y, w, a, b) if self.bug == "beta_offbyone" else _log_p(y, w_den, a, b)
+                lq = -0.5 * (y - d_r[rows, None]) ** 2 - 0.5 * math.log(2 * math.pi)
+                lp = _log_p(y, w_r[rows] if self.bug == "beta_offbyone" else wd_r[rows], a, b)
                 la = torch.log(torch.clamp(-torch.expm1(lp - lq), min=0.0))
-                if keep is not None:
-                    la = torch.where((y > keep[0]) & (y < keep[1]), la, torch.full_like(la, -math.inf))
-                return la
+                inside = (y > keep_r[rows, :1]) & (y < keep_r[rows, 1:])
+                return torch.where(inside, la, torch.full_like(la, -math.inf))
 
+            n = rej.numel()
             out[rej] = _rejection(n, s, generator, propose, log_accept, torch.arange(n, device=s.device))
         return out, acc, index
 

@@ -12,7 +12,10 @@ agree to 12 digits) and never overflows for delta up to 40.
 Two samplers, both exact:
 
 * ``rejection``: propose Y ~ N(delta, 1) = q and accept w.p. (1 - p(Y)/q(Y))_+. Its efficiency is
-  the residual mass, so the *expected* number of proposals per verified row is 1; rows still
+  the residual mass, so the *expected* number of proposals per verified row is 1. A caller that
+  knows a set S containing {q > p} may propose from q restricted to S instead
+  (:func:`truncated_normal`): the accepted law is again (q - p)_+ / mass, and the efficiency
+  rises by 1 / q(S). Rows still
   pending after ``max_proposals`` proposals (only rows with a tiny residual mass, i.e. tiny
   delta) finish with the inverse-CDF sampler. The number of proposals a row gets is decided
   before they are drawn, and the first accepted proposal has the residual law whatever that
@@ -32,7 +35,7 @@ Two samplers, both exact:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -40,6 +43,8 @@ import torch
 from speccheck.verifiers.base import positive_uniform, uniform
 
 Tensor = torch.Tensor
+# propose(rows[n] | None, m) -> [n, m] proposals from q (restricted to a superset of {q > p})
+ProposeFn = Callable[["Tensor | None", int], Tensor]
 # log_B(s[n, m], rows[n]) -> log B at s for each row's parameters ([n, m]).
 # (rows=None in sample_rejection means all rows, s then has shape [n, 1]).
 LogBFn = Callable[[Tensor, Tensor], Tensor]
@@ -88,24 +93,107 @@ def residual_density(s: Tensor, delta: Tensor, log_b: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- rejection
+def _ndtr(x: Tensor) -> Tensor:
+    """Phi(x), full relative precision in the lower tail."""
+    return 0.5 * torch.special.erfc(x * -math.sqrt(0.5))
+
+
+class NormalPieces(NamedTuple):
+    """N(mean_u, 1) restricted to a union of intervals, per group u, cut into one-tail pieces:
+    lo, hi [U, P] (standardised), tail [U, P] (Phi(-lo) on the right of the mean, Phi(hi) on
+    the left), mass, cum [U, P], right [U, P] (bool), mean [U]."""
+
+    lo: Tensor
+    hi: Tensor
+    tail: Tensor
+    mass: Tensor
+    cum: Tensor
+    right: Tensor
+    mean: Tensor
+
+
+def normal_pieces(mean: Tensor, lo: Tensor, hi: Tensor) -> NormalPieces:
+    """Tables for :func:`sample_pieces`: mean [U]; lo, hi [U, J] disjoint intervals (+-inf
+    allowed; an empty slot has lo >= hi). Each interval is split at the mean so that each piece
+    lies in one tail, where its mass and inverse CDF keep full relative precision."""
+    a = lo - mean[:, None]
+    b = hi - mean[:, None]
+    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    bl = torch.minimum(b, zero)  # left piece [a, bl], right piece [ar, b]
+    ar = torch.maximum(a, zero)
+    t_left, t_right = _ndtr(bl), _ndtr(-ar)
+    m_left = torch.where(a < bl, t_left - _ndtr(a), zero)
+    m_right = torch.where(ar < b, t_right - _ndtr(-b), zero)
+    mass = torch.cat([m_left, m_right], dim=1)
+    cum = torch.cumsum(mass, dim=1)
+    if bool((cum[:, -1] <= 0).any()):
+        raise RuntimeError("normal_pieces: a group's intervals carry no normal mass")
+    right = torch.zeros_like(mass, dtype=torch.bool)
+    right[:, a.shape[1]:] = True
+    return NormalPieces(torch.cat([a, ar], 1), torch.cat([bl, b], 1), torch.cat([t_left, t_right], 1),
+                        mass, cum, right, mean)
+
+
+def sample_pieces(tab: NormalPieces, groups: Tensor | None, n: int, m: int, generator) -> Tensor:
+    """[n, m] draws; row i from group groups[i] (``groups=None``: a single group, U = 1).
+
+    A piece is chosen by its mass; inside it, with V ~ U[0, 1), a right piece is inverted from
+    its upper tail (x = -ndtri(Phi(-lo) - V mass)) and a left one from its lower tail
+    (x = ndtri(Phi(hi) - V mass)): the argument of ndtri stays in (0, 1/2], never 0.
+    """
+    like = tab.mass
+    P = tab.mass.shape[1]
+    if groups is None:
+        cum, total = tab.cum[0], tab.cum[0, -1]
+        v = uniform((n, m), like, generator) * total
+        j = torch.searchsorted(cum, v, right=True)
+        last = int(torch.nonzero(tab.mass[0] > 0)[-1])
+
+        def pick(x):
+            return x[0][j]
+        mean = tab.mean[0]
+    else:
+        cum = tab.cum[groups]
+        v = uniform((n, m), like, generator) * cum[:, -1:]
+        j = torch.searchsorted(cum, v, right=True)
+        pos = tab.mass[groups] > 0
+        last = (P - 1) - torch.argmax(torch.flip(pos, dims=[1]).to(torch.uint8), dim=1, keepdim=True)
+        rows = groups[:, None]
+
+        def pick(x):
+            return x[rows, j]
+        mean = tab.mean[groups][:, None]
+    j = torch.minimum(j, torch.as_tensor(last, device=j.device))  # v rounding up to the total
+    V = uniform((n, m), like, generator)
+    z = torch.special.ndtri(pick(tab.tail) - V * pick(tab.mass))
+    z = torch.where(pick(tab.right), -z, z)
+    z = torch.minimum(torch.maximum(z, pick(tab.lo)), pick(tab.hi))  # a last-ulp step outside
+    return z + mean
+
+
 def sample_rejection(
     delta: Tensor,
     log_b: LogBFn,
     generator: torch.Generator | None,
     max_proposals: int = 4096,
     max_elems: int = 1 << 22,
+    propose: ProposeFn | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Rejection sampling of the residual for each row of ``delta[n]``: proposals Y ~ N(delta, 1)
-    accepted w.p. (1 - exp(-h(Y)))_+. Rounds give each pending row m proposals (the first
-    accepted one is kept); m adapts to the acceptance rate observed in the previous round.
+    (or ``propose(rows, m)``: q restricted to a superset of {q > p}) accepted w.p.
+    (1 - exp(-h(Y)))_+. Rounds give each pending row m proposals (the first accepted one is
+    kept); m adapts to the acceptance rate observed in the previous round.
 
     Returns (x[n], done[n]); rows with done == False (more than ``max_proposals`` rejected
     proposals, i.e. a tiny residual mass) still need a sample: use :func:`sample_icdf`.
     """
     n = delta.shape[0]
     # round 0: one proposal per row, no index gathers
-    x = torch.randn(n, generator=generator, dtype=torch.float64, device=delta.device)
-    x += delta
+    if propose is None:
+        x = torch.randn(n, generator=generator, dtype=torch.float64, device=delta.device)
+        x += delta
+    else:
+        x = propose(None, 1)[:, 0]
     h = log_ratio(x, delta, log_b(x[:, None], None)[:, 0])
     done = uniform((n,), x, generator) < -torch.expm1(-h)
     pending = torch.nonzero(~done, as_tuple=True)[0]
@@ -117,8 +205,11 @@ def sample_rejection(
     while pending.numel() and used < max_proposals:
         m = max(1, min(m, max_proposals - used, max_elems // pending.numel()))
         d = delta[pending, None]
-        y = torch.randn((pending.numel(), m), generator=generator, dtype=torch.float64, device=delta.device)
-        y += d
+        if propose is None:
+            y = torch.randn((pending.numel(), m), generator=generator, dtype=torch.float64, device=delta.device)
+            y += d
+        else:
+            y = propose(pending, m)
         h = log_ratio(y, d, log_b(y, pending))
         acc = uniform(y.shape, y, generator) < -torch.expm1(-h)
         if m == 1:

@@ -18,8 +18,11 @@ which p_pi = phi exactly and the rejected draft is reflected (RMC), as for K = 1
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -65,6 +68,54 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
     return _theory.MCRSPolicy(K, a, abar, pi)
 
 
+# ------------------------------------------------------------------------- stored policies
+# Cold LP solves take 0.1-1 s (K <= 6), up to ~10 s (K = 8) and minutes (K = 16, small delta)
+# per grid point, so solved policies are stored: the package ships speccheck/data/
+# mcrs_policies_G64.npz (K = 2..8 on the whole grid, K = 16 at the gate suite's deltas; rebuilt
+# by ``python -m speccheck.verifiers.mcrs``), and anything solved later is saved to
+# ~/.cache/speccheck ($SPECCHECK_CACHE_DIR; empty string: off). A stored policy is used only if
+# its grid and cell edges match the current ones; any stored policy is a valid policy, so the
+# kernel stays exact, and acceptance() always evaluates the policy actually used.
+PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs_policies_G{VERIFIER_G}.npz"
+
+
+def _layout_key(K: int, G: int) -> str:
+    a, _ = _theory.mcrs_edges(K, G)
+    return hashlib.sha1(DELTA_GRID.tobytes() + a.tobytes()).hexdigest()[:12]
+
+
+def _cache_file(K: int, G: int) -> Path | None:
+    root = os.environ.get("SPECCHECK_CACHE_DIR", str(Path.home() / ".cache" / "speccheck"))
+    if not root:
+        return None
+    return Path(root) / f"mcrs_policies_K{K}_G{G}_{_layout_key(K, G)}.npy"
+
+
+def _stored_pi(K: int, G: int) -> np.ndarray:
+    """[TOP_INDEX, G, K] stored policies (NaN where none): package data, then the user cache."""
+    out = np.full((TOP_INDEX, G, K), np.nan)
+    key = _layout_key(K, G)
+    sources = []
+    if G == VERIFIER_G and PACKAGE_DATA.exists():
+        try:
+            with np.load(PACKAGE_DATA) as z:
+                if f"K{K}" in z and str(z[f"layout_K{K}"]) == key:
+                    sources.append(z[f"K{K}"])
+        except (OSError, ValueError, KeyError):
+            pass
+    f = _cache_file(K, G)
+    if f is not None and f.exists():
+        try:
+            sources.append(np.load(f))
+        except (OSError, ValueError):
+            pass
+    for arr in sources:
+        if arr.shape == out.shape:
+            fill = np.isnan(out[:, 0, 0]) & ~np.isnan(arr[:, 0, 0])
+            out[fill] = arr[fill]
+    return out
+
+
 class _PolicyTable:
     """Policies of one (K, G) on the grid, as numpy objects and as per-device torch tables."""
 
@@ -73,6 +124,7 @@ class _PolicyTable:
         self.policies: dict[int, _theory.MCRSPolicy] = {}
         self.version = 0
         self.torch: dict[str, tuple[int, dict]] = {}
+        self._stored: np.ndarray | None = None
 
     def policy(self, gi: int) -> _theory.MCRSPolicy:
         with _LOCK:
@@ -83,10 +135,37 @@ class _PolicyTable:
                 elif gi == 0 or self.K == 1:
                     pol = _theory.uniform_policy(self.K, self.G)
                 else:
-                    pol = _theory.mcrs_policy(float(DELTA_GRID[gi]), self.K, self.G)
+                    pol = self._stored_policy(gi)
+                    if pol is None:
+                        pol = _theory.mcrs_policy(float(DELTA_GRID[gi]), self.K, self.G)
+                        self._save(gi, pol.pi)
                 self.policies[gi] = pol
                 self.version += 1
             return pol
+
+    def _stored_policy(self, gi: int):
+        if self._stored is None:
+            self._stored = _stored_pi(self.K, self.G)
+        pi = self._stored[gi]
+        if np.isnan(pi[0, 0]):
+            return None
+        a, abar = _theory.mcrs_edges(self.K, self.G)
+        return _theory.MCRSPolicy(self.K, a, abar, pi.copy(), float(DELTA_GRID[gi]))
+
+    def _save(self, gi: int, pi: np.ndarray) -> None:
+        if self._stored is None:
+            self._stored = _stored_pi(self.K, self.G)
+        self._stored[gi] = pi
+        f = _cache_file(self.K, self.G)
+        if f is None:
+            return
+        try:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            tmp = f.with_suffix(f".{os.getpid()}.tmp.npy")
+            np.save(tmp, self._stored)
+            os.replace(tmp, f)
+        except OSError:
+            pass
 
     def tables(self, used: np.ndarray, device) -> dict:
         """Torch tables for all solved grid points: slot[grid index] -> row of coef/cum."""
@@ -285,3 +364,49 @@ def sample_rejection(delta: Tensor, log_b, generator, max_proposals: int = 1 << 
         used += m
         k += 1
     return x, done
+
+
+# ------------------------------------------------------------------------- package data builder
+def build_policy_data(Ks, path: Path = PACKAGE_DATA, deltas=None, log=print) -> None:
+    """Solve the G = VERIFIER_G policies for each K at every grid point (or at the grid points
+    nearest ``deltas``) and merge them into the npz at ``path`` (keeps what is already there)."""
+    import time
+
+    G = VERIFIER_G
+    data = {}
+    if Path(path).exists():
+        with np.load(path) as z:
+            data = {k: z[k] for k in z.files}
+    for K in Ks:
+        key = _layout_key(K, G)
+        arr = data.get(f"K{K}")
+        if arr is None or str(data.get(f"layout_K{K}")) != key or arr.shape != (TOP_INDEX, G, K):
+            arr = np.full((TOP_INDEX, G, K), np.nan)
+        idx = range(1, TOP_INDEX) if deltas is None else sorted({int(i) for i in grid_index(np.asarray(deltas))})
+        for gi in idx:
+            if gi in (0, TOP_INDEX) or not np.isnan(arr[gi, 0, 0]) or K == 1:
+                continue
+            t0 = time.perf_counter()
+            arr[gi] = _theory.mcrs_policy(float(DELTA_GRID[gi]), K, G).pi
+            log(f"K={K} delta={DELTA_GRID[gi]:g}: {time.perf_counter() - t0:.1f} s")
+        data[f"K{K}"], data[f"layout_K{K}"] = arr, np.array(key)
+        data["grid"] = DELTA_GRID
+        tmp = Path(str(path) + ".tmp.npz")
+        np.savez_compressed(tmp, **data)
+        os.replace(tmp, path)
+
+
+def _main(argv=None) -> int:  # pragma: no cover - writes the shipped policies
+    import argparse
+
+    ap = argparse.ArgumentParser(description="build speccheck/data/mcrs_policies_G64.npz")
+    ap.add_argument("--K", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8])
+    ap.add_argument("--deltas", type=float, nargs="*", default=None, help="only the grid points nearest these")
+    ap.add_argument("--out", default=str(PACKAGE_DATA))
+    args = ap.parse_args(argv)
+    build_policy_data(args.K, Path(args.out), args.deltas)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(_main())

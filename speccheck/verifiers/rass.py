@@ -131,6 +131,85 @@ def rass_weights(delta, K: int) -> np.ndarray:
     return w.reshape(d.shape + (K,))
 
 
+# ------------------------------------------------------------ proposal support for the residual
+SUPPORT_STEP = 1.0 / 64.0  # s-grid step of the support search
+SUPPORT_WINDOW = 14.0  # searched window around the cell; beyond it q has mass < Phi(-14) ~ 8e-45
+_SUPPORT: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def _positive_cells(H: np.ndarray) -> np.ndarray:
+    """Grid cells [s_i, s_i+1] on which the smooth H may be > 0: max of the end values plus the
+    interpolation error bound M h^2 / 8, with M a generous (4x + 1) estimate of |H''| from the
+    second differences around the cell."""
+    with np.errstate(invalid="ignore"):
+        d2 = np.abs(np.diff(H, 2)) / SUPPORT_STEP**2
+    d2 = np.nan_to_num(d2, nan=np.inf, posinf=np.inf)
+    d2 = np.concatenate([d2[:1], d2, d2[-1:]])  # per node
+    M = 4.0 * np.maximum.reduce([d2[:-2], d2[1:-1], d2[2:]]) + 1.0  # nodes i-1..i+1 -> cell i
+    M = np.concatenate([M, M[-1:]])[: H.size - 1]
+    top = np.maximum(H[:-1], H[1:])
+    return top + M * SUPPORT_STEP**2 / 8.0 > 0.0
+
+
+def residual_support(K: int, g_lo: int, g_hi: int) -> np.ndarray:
+    """Intervals [J, 2] whose union contains {s: q_delta(s) > p_omega(s)} for EVERY delta in
+    [DELTA_GRID[g_lo], DELTA_GRID[g_hi]] with omega any convex combination of the grid weights at
+    g_lo and g_hi (so for every row the kernel interpolates in that grid cell).
+
+    With h = delta s - delta^2/2 - log B_omega(s): log B of a mixture >= the smaller of the two
+    ends' log B, and max over delta of delta s - delta^2/2 is explicit, so each row's {h > 0} lies
+    in {H_lo > 0} U {H_hi > 0}, H_end(s) = max_delta(delta s - delta^2/2) - log B_end(s). These
+    are found on an s-grid with an interpolation-error margin (:func:`_positive_cells`); the two
+    tails beyond the searched window are always included, so the union is a true superset.
+    Cached per (K, cell).
+    """
+    from speccheck.theory import log_p_omega
+    from speccheck.theory.normal import log_phi
+
+    key = (K, g_lo, g_hi)
+    out = _SUPPORT.get(key)
+    if out is not None:
+        return out
+    d_lo, d_hi = float(DELTA_GRID[g_lo]), float(DELTA_GRID[g_hi])
+    n = int(round((d_hi - d_lo + 2 * SUPPORT_WINDOW) / SUPPORT_STEP))
+    s = d_lo - SUPPORT_WINDOW + SUPPORT_STEP * np.arange(n + 1)
+    top = np.where(s < d_lo, d_lo * s - 0.5 * d_lo**2, np.where(s > d_hi, d_hi * s - 0.5 * d_hi**2, 0.5 * s * s))
+    keep = np.zeros(n, bool)
+    for g in {g_lo, g_hi}:
+        w = grid_weights([g], K)[0]
+        log_b = log_p_omega(s, K, w) - log_phi(s)
+        keep |= _positive_cells(top - log_b)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
+    iv = [[s[i], s[j]] for i, j in zip(edges[::2], edges[1::2])]
+    if iv and iv[0][0] == s[0]:
+        iv[0][0] = -np.inf
+    else:
+        iv.insert(0, [-np.inf, s[0]])
+    if iv[-1][1] == s[-1]:
+        iv[-1][1] = np.inf
+    else:
+        iv.append([s[-1], np.inf])
+    out = np.asarray(iv, np.float64)
+    _SUPPORT[key] = out
+    return out
+
+
+def support_rows(delta: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) [n, J] proposal intervals per delta (padded with empty (inf, inf) slots); deltas
+    beyond the grid get the whole line."""
+    d = np.asarray(delta, np.float64).ravel()
+    lo = np.clip(np.searchsorted(DELTA_GRID, d, side="right") - 1, 0, DELTA_GRID.size - 2)
+    t = (d - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo])
+    hi = np.where(t > 0.0, lo + 1, lo)
+    sets = [np.array([[-np.inf, np.inf]]) if di >= DELTA_GRID[-1] else residual_support(K, int(a), int(b))
+            for di, a, b in zip(d, lo, hi)]
+    J = max(x.shape[0] for x in sets)
+    out = np.full((d.size, J, 2), np.inf)
+    for i, x in enumerate(sets):
+        out[i, : x.shape[0]] = x
+    return out[..., 0], out[..., 1]
+
+
 def _log_binom(K: int) -> np.ndarray:
     r = np.arange(1, K + 1)
     return np.array([math.lgamma(K + 1) - math.lgamma(i) - math.lgamma(K - i + 1) for i in r])
@@ -194,6 +273,7 @@ def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
 
 
 PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
+TRUNCATE_BELOW = 0.6  # residual rows propose from q truncated to their support when q(S) < this
 
 
 class RASS(ScalarVerifier):
@@ -268,11 +348,34 @@ class RASS(ScalarVerifier):
             g = group if rows is None else group[rows]
             return log_mix(x, A_u[g], None if Ad_u is None else Ad_u[g])
 
-        x, done = _residual.sample_rejection(d_rows, log_b_rows, generator, max_elems=max(1 << 16, (1 << 23) // K))
+        lo_u, hi_u = (torch.as_tensor(a, dtype=torch.float64, device=delta_u.device)
+                      for a in support_rows(delta_u.cpu().numpy(), K))
+        tab = _residual.normal_pieces(delta_u, lo_u, hi_u)
+        # truncated proposals cost ~1.5x a plain normal draw: worth it only where they cut the
+        # number of proposals enough (q(S) = tab.cum[:, -1] well below 1)
+        q_support = tab.cum[:, -1] if single else tab.cum[group, -1]
+        if float(q_support.mean()) > TRUNCATE_BELOW:
+            propose = None
+        else:
+            propose = self._proposer(tab, single, group, d_rows.shape[0], generator)
+        x, done = _residual.sample_rejection(d_rows, log_b_rows, generator, max_elems=max(1 << 16, (1 << 23) // K),
+                                             propose=propose)
         left = torch.nonzero(~done, as_tuple=True)[0]
         if left.numel():
             x[left] = _residual.sample_icdf(delta_u, log_b_groups, group[left], generator, log_b_terms=K)
         return x
+
+    @staticmethod
+    def _proposer(tab, single: bool, group, n_rows: int, generator):
+        """propose(rows, m) for sample_rejection: q truncated to each row's residual support."""
+
+        def propose(rows, m):
+            n = n_rows if rows is None else rows.shape[0]
+            if single:
+                return _residual.sample_pieces(tab, None, n, m, generator)
+            return _residual.sample_pieces(tab, group if rows is None else group[rows], n, m, generator)
+
+        return propose
 
 
 class RASSInverseCDF(RASS):

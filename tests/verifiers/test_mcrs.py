@@ -149,8 +149,65 @@ def test_grid_policy_and_acceptance_bookkeeping(mcrs):
     assert grid_index(np.array([0.0]))[0] == 0
     gi = grid_index(np.array([0.52]))[0]
     assert DELTA_GRID[gi] == pytest.approx(0.5)
-    assert mcrs.policies([0.52], 2)[0] is mcrs_policy(0.5, 2, G_TEST)
+    # the stored (or freshly solved) policy of grid point 0.5: as good as a fresh solve
+    assert acceptance_of_policy(0.5, mcrs.policies([0.52], 2)[0]) == pytest.approx(
+        acceptance_of_policy(0.5, mcrs_policy(0.5, 2, G_TEST)), abs=1e-9)
     with pytest.raises(ValueError):
         MCRS(G=0)
     with pytest.raises(ValueError):
         mcrs.acceptance(np.array([-1.0]), 2)
+
+
+def test_shipped_policies_match_the_layout_and_a_fresh_solve():
+    """speccheck/data/mcrs_policies_G64.npz: present for the gate suite's K, on the current grid and
+    cell edges (else it is ignored), rows on the simplex, and one stored policy equals a fresh LP
+    solve (so the file is not stale); a table built from it never calls the LP."""
+    from speccheck.theory import mcrs as theory_mcrs
+    from speccheck.verifiers import mcrs as mod
+
+    assert mod.PACKAGE_DATA.exists()
+    for K in (2, 3, 4, 16):
+        stored = mod._stored_pi(K, mod.VERIFIER_G)
+        have = ~np.isnan(stored[:, 0, 0])
+        assert have.any(), K
+        assert np.allclose(stored[have].sum(axis=2), 1.0, atol=1e-9) and (stored[have] >= 0).all()
+    for K in (2, 3, 4):  # the whole grid (gate's trajectory layer meets any delta at K = 2)
+        assert (~np.isnan(mod._stored_pi(K, mod.VERIFIER_G)[1:, 0, 0])).all(), K
+    # not stale: the stored policy is as good as a fresh solve (exact evaluation of both; the
+    # LP optimum need not be unique, its value is)
+    d = 0.5
+    gi = int(grid_index(np.array([d]))[0])
+    fresh = theory_mcrs.mcrs_policy(float(DELTA_GRID[gi]), 2, mod.VERIFIER_G)
+    a, abar = theory_mcrs.mcrs_edges(2, mod.VERIFIER_G)
+    stored = theory_mcrs.MCRSPolicy(2, a, abar, mod._stored_pi(2, mod.VERIFIER_G)[gi])
+    assert acceptance_of_policy(d, stored) == pytest.approx(acceptance_of_policy(d, fresh), abs=1e-9)
+
+
+def test_stored_policies_are_used_without_solving(monkeypatch, tmp_path):
+    from speccheck.theory import mcrs as theory_mcrs
+    from speccheck.verifiers import mcrs as mod
+
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
+
+    def boom(*a, **k):
+        raise AssertionError("LP called although the policy is stored")
+
+    monkeypatch.setattr(theory_mcrs, "mcrs_policy", boom)
+    tbl = mod._PolicyTable(4, mod.VERIFIER_G)
+    pol = tbl.policy(int(grid_index(np.array([0.3]))[0]))
+    assert pol.K == 4 and pol.G == mod.VERIFIER_G
+
+
+def test_solved_policies_go_to_the_user_cache(monkeypatch, tmp_path):
+    """A K the package does not ship is solved once and saved under $SPECCHECK_CACHE_DIR; a new
+    table (a new process) then reads it back instead of solving."""
+    from speccheck.theory import mcrs as theory_mcrs
+    from speccheck.verifiers import mcrs as mod
+
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
+    G = 8  # not the shipped G: nothing stored
+    gi = int(grid_index(np.array([1.0]))[0])
+    pi = mod._PolicyTable(2, G).policy(gi).pi
+    assert list(tmp_path.glob("mcrs_policies_K2_G8_*.npy"))
+    monkeypatch.setattr(theory_mcrs, "mcrs_policy", lambda *a, **k: (_ for _ in ()).throw(AssertionError("solved")))
+    np.testing.assert_array_equal(mod._PolicyTable(2, G).policy(gi).pi, pi)

@@ -113,3 +113,93 @@ def test_log_mix_matches_theory(K):
         for got in (rass_mod.log_mix(s, A, Ad)[0], rass_mod.log_mix(s.expand(2, -1), A.expand(2, -1), None)[1]):
             err = np.abs(got.numpy() - ref) / np.maximum(1.0, np.abs(ref))
             assert err.max() < 1e-12, (K, d, err.max())
+
+
+@pytest.mark.parametrize("mean,intervals", [
+    (0.5, [(-np.inf, -13.5), (-2.125, -0.75), (1.0, np.inf)]),
+    (3.0, [(-np.inf, -30.0), (-1.0, 2.5), (2.9, 3.1), (40.0, np.inf)]),  # a 1e-300-ish tail piece
+    (-1.0, [(-np.inf, np.inf)]),
+])
+def test_normal_pieces_law(mean, intervals):
+    """N(mean, 1) restricted to a union of intervals (split at the mean into one-tail pieces):
+    KS against the exact truncated CDF, one group and as one of several groups."""
+    from speccheck.verifiers import _residual
+
+    lo = torch.tensor([[a for a, _ in intervals]], dtype=torch.float64)
+    hi = torch.tensor([[b for _, b in intervals]], dtype=torch.float64)
+    ivs = [(a - mean, b - mean) for a, b in intervals]
+    total = sum(normal_mass(np.array(a), np.array(b)) for a, b in ivs)
+
+    def cdf(x):
+        z = np.asarray(x) - mean
+        return sum(normal_mass(np.full_like(z, a), np.clip(z, a, b)) for a, b in ivs) / total
+
+    g = torch.Generator().manual_seed(11)
+    tab = _residual.normal_pieces(torch.tensor([mean], dtype=torch.float64), lo, hi)
+    x = _residual.sample_pieces(tab, None, N // 4, 4, g).flatten()
+    inside = torch.zeros_like(x, dtype=torch.bool)
+    for a, b in intervals:
+        inside |= (x >= a) & (x <= b)
+    assert bool(inside.all()) and bool(torch.isfinite(x).all())
+    assert_cdf(x, cdf, label=f"truncated normal mean={mean}")
+    # the same law as group 1 of 2 (padded with an empty (inf, inf) slot in group 0)
+    pad = torch.full((1, 1), np.inf, dtype=torch.float64)
+    tab2 = _residual.normal_pieces(torch.tensor([0.0, mean], dtype=torch.float64),
+                                   torch.cat([torch.cat([torch.tensor([[-1.0]], dtype=torch.float64), pad.expand(1, lo.shape[1] - 1)], 1), lo]),
+                                   torch.cat([torch.cat([torch.tensor([[1.0]], dtype=torch.float64), pad.expand(1, lo.shape[1] - 1)], 1), hi]))
+    groups = torch.ones(N, dtype=torch.long)
+    groups[: N // 2] = 0
+    y = _residual.sample_pieces(tab2, groups, N, 1, g)[:, 0]
+    assert bool(((y[: N // 2] >= -1) & (y[: N // 2] <= 1)).all())
+    assert_cdf(y[N // 2:], cdf, label=f"truncated normal mean={mean} (grouped)")
+
+
+@pytest.mark.parametrize("K", [2, 3, 8, 16])
+def test_rass_residual_support_is_superset(K):
+    """The rejection sampler proposes only inside rass.residual_support: every crossing interval
+    of q and p_omega (theory.residual_intervals, exact roots) at deltas inside the grid cell with
+    the kernel's interpolated weights must lie inside that support."""
+    grid = rass_mod.DELTA_GRID
+    rng = np.random.default_rng(K)
+    cells = np.concatenate([[0, 1, 10, 24, 25, 60, 149, 150, 180], rng.integers(0, grid.size - 1, 6)])
+    for c in cells:
+        sup = rass_mod.residual_support(K, int(c), int(c) + 1)
+        for t in (0.0, 0.3, 0.999):
+            d = float(grid[c] + t * (grid[c + 1] - grid[c]))
+            if d == 0.0:
+                continue
+            w = rass_mod.rass_weights(d, K)
+            for iv in theory.residual_intervals(d, K, w):
+                ok = ((sup[:, 0] <= iv.lo + 1e-9) & (sup[:, 1] >= iv.hi - 1e-9)).any()
+                assert ok or iv.mass < 1e-40, (K, d, iv, sup)
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_rass_rejection_many_deltas(truncate, monkeypatch):
+    """Rejection residual for rows of 40 distinct off-grid deltas in one call, with proposals
+    from q truncated to the residual support and from plain q: each row transformed by its
+    own residual CDF is U(0, 1)."""
+    monkeypatch.setattr(rass_mod, "TRUNCATE_BELOW", 1.1 if truncate else -1.0)
+    K = 3
+    g = torch.Generator().manual_seed(5)
+    deltas = np.round(np.linspace(0.31, 4.7, 40), 6)
+    group = torch.randint(0, 40, (N,), generator=g)
+    W = rass_mod.rass_weights(deltas, K)
+    C = np.exp(rass_mod._log_binom(K))
+    A = torch.tensor(W * C, dtype=torch.float64)
+    Ad = torch.tensor((W - 1.0 / K) * C, dtype=torch.float64)
+    x = rass_mod.RASS()._residual(torch.tensor(deltas), A, Ad, group, g).numpy()
+    u = np.empty(N)
+    gn = group.numpy()
+    for j, d in enumerate(deltas):
+        ivs = theory.residual_intervals(float(d), K, W[j])
+        total = sum(iv.mass for iv in ivs)
+        xr = x[gn == j]
+        out = np.zeros_like(xr)
+        for lo, hi, _ in ivs:
+            xc = np.clip(xr, lo, hi)
+            q = normal_mass(np.full_like(xc, lo - d), xc - d)
+            p = theory.cdf_p_omega(xc, K, W[j]) - (theory.cdf_p_omega(lo, K, W[j]) if np.isfinite(lo) else 0.0)
+            out += q - p
+        u[gn == j] = np.clip(out / total, 0.0, 1.0)
+    assert_cdf(torch.from_numpy(u), lambda t: np.clip(t, 0.0, 1.0), label="rass rejection many deltas")
