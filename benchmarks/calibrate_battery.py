@@ -9,6 +9,7 @@ than the family-wise count, whose expectation at 1e-3 x 200 runs is 0.2.
 
     python benchmarks/calibrate_battery.py --rules rmc dgrs rass rass-icdf --seeds 200 --workers 2
     python benchmarks/calibrate_battery.py --seeds 20 --out validation/calibration.json
+    python benchmarks/calibrate_battery.py --merge a.jsonl b.jsonl --out merged.json   # split runs
 
 Workers are separate processes (one torch thread each); each handles a contiguous block of
 seeds for one rule, so per-process caches (RASS rank weights) are reused.
@@ -58,15 +59,19 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=5, help="seeds per job (a job runs in one worker process)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="stop after this many seconds and summarise the runs completed so far")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSONL",
+                    help="run nothing: summarise the per-run records of earlier runs (their --out + 'l' "
+                         "files, e.g. two processes that split the seeds)")
     args = ap.parse_args(argv)
 
-    from speccheck.validation.stats import clopper_pearson
     from speccheck.validation.suites import load_suite
 
     alpha = load_suite(args.suite).family_alpha
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    jobs = [(rule, seeds[i:i + args.block]) for i in range(0, len(seeds), args.block) for rule in args.rules]
     t0 = time.perf_counter()
+    if args.merge:
+        return _summarise(args, alpha, _merged(args.merge, args.rules), t0)
+    jobs = [(rule, seeds[i:i + args.block]) for i in range(0, len(seeds), args.block) for rule in args.rules]
     records: list[dict] = []
     ex = ProcessPoolExecutor(max_workers=args.workers)
     futs = [ex.submit(_work, rule, args.suite, blk, args.device) for rule, blk in jobs]
@@ -86,9 +91,29 @@ def main(argv=None) -> int:
         ex.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()
-    summary = {"suite": args.suite, "family_alpha": alpha, "seeds_requested": [seeds[0], seeds[-1]],
-               "device": args.device, "rules": {}}
-    print(f"suite={args.suite} family-wise rate {alpha:g}; seeds {seeds[0]}..{seeds[-1]}; device={args.device}")
+    return _summarise(args, alpha, records, t0)
+
+
+def _merged(paths: list[str], rules: list[str]) -> list[dict]:
+    """Records of several jsonl files, one per (rule, seed) (a seed run twice counts once)."""
+    seen: dict[tuple, dict] = {}
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                r = json.loads(line)
+                if r["rule"] in rules:
+                    seen.setdefault((r["rule"], r["seed"]), r)
+    return list(seen.values())
+
+
+def _summarise(args, alpha: float, records: list[dict], t0: float) -> int:
+    from speccheck.validation.stats import clopper_pearson
+
+    seeds = sorted({r["seed"] for r in records}) or [0]
+    summary = {"suite": args.suite, "family_alpha": alpha, "seeds": [seeds[0], seeds[-1]],
+               "distinct_seeds": len(seeds), "device": args.device, "rules": {}}
+    print(f"suite={args.suite} family-wise rate {alpha:g}; seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} distinct); "
+          f"device={args.device}")
     print(f"{'rule':<10} {'runs':>5} {'fails':>5} {'rate':>8} {'95% CP interval':>22} {'P(p<.01)':>9} "
           f"{'P(p<.05)':>9} {'s/run':>6}  verdict")
     all_fail, all_runs = 0, 0
@@ -114,7 +139,8 @@ def main(argv=None) -> int:
     lo, hi = clopper_pearson(all_fail, all_runs)
     summary["pooled"] = {"runs": all_runs, "failures": all_fail, "cp95": [lo, hi]}
     print(f"{'pooled':<10} {all_runs:>5} {all_fail:>5} {all_fail / max(all_runs, 1):>8.4f} [{lo:.2e}, {hi:.2e}]")
-    print(f"total wall {time.perf_counter() - t0:.0f} s with {args.workers} workers")
+    if not args.merge:
+        print(f"total wall {time.perf_counter() - t0:.0f} s with {args.workers} workers")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"summary": summary, "records": records}, fh, indent=2)

@@ -18,17 +18,19 @@ class UsageError(Exception):
 
 # --------------------------------------------------------------------------- theory
 def _add_theory(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("theory", help="acceptance, bounds and optimal RASS weights per (delta, K)")
+    p = sub.add_parser("theory", help="acceptance (RMC, D-GRS, RASS, MCRS), bounds and optimal RASS weights per (delta, K)")
     p.add_argument("--delta", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     p.add_argument("--K", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--mcrs-G", type=int, default=64,
+                   help="cells of MCRS's policy (0: skip MCRS; its cold LP takes ~0.1-10 s per (delta, K))")
     p.set_defaults(func=_cmd_theory)
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
     from speccheck.theory.table import format_theory_table, theory_table
 
-    rows = theory_table(args.delta, args.K)
+    rows = theory_table(args.delta, args.K, mcrs_G=args.mcrs_G or None)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -9,10 +9,16 @@ shared inverse-CDF sampler as a fallback for rows still pending after 2^24 propo
 Exact for every feasible policy: the kernel always uses the g_pi of the policy it drew from.
 
 Policies. A batch mixes many deltas, so policies are tabulated on a fixed delta grid
-(:data:`DELTA_GRID`); a row uses the policy of the grid point nearest to its delta (solved
-lazily by :func:`speccheck.theory.mcrs.mcrs_policy` and cached per (grid point, K, G));
-deltas beyond the grid use the top-rank policy. Grid point 0 is the uniform policy, for
-which p_pi = phi exactly and the rejected draft is reflected (RMC), as for K = 1.
+(:data:`DELTA_GRID`, solved by :func:`speccheck.theory.mcrs.mcrs_policy`, shipped as package
+data and cached) and a row uses the linear interpolation pi = (1 - t) pi_lo + t pi_hi of the
+policies at its two neighbouring grid points. That is a policy too (exact), and since g is
+linear in pi, g = (1 - t) g_lo + t g_hi, which tracks f_delta to second order in the grid step:
+the LP-optimal policy matches g to f closely, so the NEAREST grid policy loses ~TV(q_delta,
+q_grid) ~ 0.4 |delta - grid| (K = 6, delta = 0.12 on a grid point 0.1: 0.992 vs 0.9997),
+while the interpolated one keeps the optimum's acceptance. Grid point 0 is the uniform policy
+(g = 1, p = phi exactly; at delta = 0 and for K = 1 the rejected draft is reflected, as RMC);
+mixed with it (0 < delta < 0.001), log g = log1p(t (g_hi - 1)) keeps tiny deltas' residual
+mass. Beyond the grid: the top-rank policy.
 :meth:`MCRS.acceptance` reports the exact acceptance of the policy actually used.
 """
 
@@ -55,10 +61,24 @@ VERIFIER_G = 64
 
 
 def grid_index(delta: np.ndarray) -> np.ndarray:
-    """Index of the policy used at each delta: nearest grid point, TOP_INDEX beyond the grid."""
+    """Index of the nearest grid point to each delta, TOP_INDEX beyond the grid."""
     d = np.asarray(delta, np.float64)
     idx = np.searchsorted(_MIDS, d, side="left")
     return np.where(d > DELTA_GRID[-1] + 0.25, TOP_INDEX, idx)
+
+
+def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, t): the policy used at each delta is (1 - t) pi[lo] + t pi[hi] (grid indices,
+    TOP_INDEX for the top-rank policy beyond the grid). delta = 0 is the uniform policy alone;
+    between 0 and the first positive grid point it is mixed with that point's policy."""
+    d = np.asarray(delta, np.float64).ravel()
+    lo = np.clip(np.searchsorted(DELTA_GRID, d, side="right") - 1, 0, DELTA_GRID.size - 2)
+    t = np.clip((d - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo]), 0.0, 1.0)
+    beyond = d >= DELTA_GRID[-1]
+    lo = np.where(beyond, TOP_INDEX, lo)
+    t = np.where(beyond, 0.0, t)
+    hi = np.where(t > 0.0, lo + 1, lo)
+    return lo, hi, t
 
 
 def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
@@ -69,9 +89,10 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
 
 
 # ------------------------------------------------------------------------- stored policies
-# Cold LP solves take 0.1-1 s (K <= 6), up to ~10 s (K = 8) and minutes (K = 16, small delta)
-# per grid point, so solved policies are stored: the package ships speccheck/data/
-# mcrs_policies_G64.npz (K = 2..8 on the whole grid, K = 16 at the gate suite's deltas; rebuilt
+# Cold LP solves take 0.1-2 s per grid point for most (K <= 6, delta), but 80-300 s at
+# delta <= 0.005 for K >= 6 and at K = 16 (past HiGHS's time limit: RASS's weights), so solved
+# policies are stored: the package ships speccheck/data/
+# mcrs_policies_G64.npz (K = 2..6 on the whole grid, K = 16 at the gate suite's deltas; rebuilt
 # by ``python -m speccheck.verifiers.mcrs``), and anything solved later is saved to
 # ~/.cache/speccheck ($SPECCHECK_CACHE_DIR; empty string: off). A stored policy is used only if
 # its grid and cell edges match the current ones; any stored policy is a valid policy, so the
@@ -245,22 +266,40 @@ def _cell(u: Tensor, tab: dict) -> Tensor:
     return (torch.searchsorted(a, u.contiguous(), right=True) - 1).clamp(0, a.shape[0] - 2)
 
 
-def log_g(s: Tensor, pslot: Tensor, tab: dict) -> Tensor:
-    """log g_pi(Phi(s)) for s [n, m], each row's policy slot pslot [n] (or [1]); result [n, m].
-
-    On cell j, g = sum_k P[j, k] z^k with z = a_{j+1} - u = y - (1 - a_{j+1}) >= 0 taken from
-    y = Phibar(s) (accurate where u rounds to 1); exactly 0 for the uniform policy."""
-    u = _ndtr(s)
-    y = _ndtr(-s)
-    j = _cell(u, tab)
-    K = tab["C"].shape[0]
-    z = (y - tab["abar"][j + 1]).clamp(min=0.0)
-    P = pslot[:, None].expand_as(j) if pslot.shape[0] == s.shape[0] else pslot.expand_as(j)
+def _g(z: Tensor, j: Tensor, P: Tensor, tab: dict) -> Tensor:
     poly = tab["poly"][P, j]  # [n, m, K]
+    K = poly.shape[-1]
     g = poly[..., K - 1]
     for k in range(K - 2, -1, -1):
         g = g * z + poly[..., k]
-    return torch.log(g.clamp(min=0.0))
+    return g
+
+
+def log_g(s: Tensor, mix: tuple, tab: dict) -> Tensor:
+    """log g_pi(Phi(s)) for s [n, m] and each row's policy mix = (slot_lo, slot_hi, t), each [n]
+    (or [1]): g = (1 - t) g_lo + t g_hi; result [n, m].
+
+    On cell j, g = sum_k P[j, k] z^k with z = a_{j+1} - u = y - (1 - a_{j+1}) >= 0 taken from
+    y = Phibar(s) (accurate where u rounds to 1); exactly 0 for the uniform policy."""
+    lo, hi, t = mix
+    u = _ndtr(s)
+    y = _ndtr(-s)
+    j = _cell(u, tab)
+    z = (y - tab["abar"][j + 1]).clamp(min=0.0)
+
+    def rows(x):
+        return x[:, None].expand_as(j) if x.shape[0] == s.shape[0] else x.expand_as(j)
+
+    g = _g(z, j, rows(lo), tab)
+    if not bool((t > 0).any()):
+        return torch.log(g.clamp(min=0.0))
+    tt = rows(t)
+    g_hi = _g(z, j, rows(hi), tab)
+    out = torch.log(torch.lerp(g, g_hi, tt).clamp(min=0.0))
+    uni = tab["uniform"][lo] & (t > 0)  # g_lo = 1: g = 1 + t (g_hi - 1), in log1p form
+    if bool(uni.any()):
+        out = torch.where(rows(uni), torch.log1p(tt * (g_hi - 1.0)), out)
+    return out
 
 
 class MCRS(ScalarVerifier):
@@ -276,10 +315,18 @@ class MCRS(ScalarVerifier):
         self.G = int(G)
 
     def policies(self, delta, K: int) -> list:
-        """The MCRSPolicy used at each delta (flat list)."""
+        """The MCRSPolicy used at each delta (flat list): the grid policies' interpolation."""
         d = np.asarray(delta, np.float64).ravel()
         tbl = policy_table(K, self.G)
-        return [tbl.policy(int(g)) for g in grid_index(d)]
+        out = []
+        for x, lo, hi, t in zip(d, *grid_bracket(d)):
+            p_lo = tbl.policy(int(lo))
+            if t == 0.0:
+                out.append(p_lo)
+                continue
+            pi = (1.0 - t) * p_lo.pi + t * tbl.policy(int(hi)).pi
+            out.append(_theory.MCRSPolicy(K, p_lo.a, p_lo.abar, pi / pi.sum(axis=1, keepdims=True), float(x)))
+        return out
 
     def acceptance(self, delta, K: int) -> np.ndarray:
         """Exact integral min(q, p_pi) for the grid policy this kernel uses, per delta."""
@@ -297,39 +344,46 @@ class MCRS(ScalarVerifier):
         B, K = s.shape
         dev = s.device
         delta_u, group = group_deltas(delta)
-        g_u = grid_index(delta_u.cpu().numpy())
-        tab = policy_table(K, self.G).tables(g_u, dev)
-        slot_u = tab["slot"][torch.as_tensor(g_u, device=dev)]  # [U]
+        lo_u, hi_u, t_np = grid_bracket(delta_u.cpu().numpy())
+        tab = policy_table(K, self.G).tables(np.concatenate([lo_u, hi_u]), dev)
+        mix_u = (tab["slot"][torch.as_tensor(lo_u, device=dev)], tab["slot"][torch.as_tensor(hi_u, device=dev)],
+                 torch.as_tensor(t_np, dtype=torch.float64, device=dev))  # each [U]
         single = delta_u.shape[0] == 1
-        slot_row = slot_u if single else slot_u[group]
+        mix_row = mix_u if single else tuple(x[group] for x in mix_u)
+
+        def full(x):
+            return x.expand(B) if single else x
+
         vals, order = torch.sort(s, dim=1)
         if K == 1:
             r = torch.zeros((B, 1), dtype=torch.long, device=dev)
         else:
             top = vals[:, K - 1 :]
             j = _cell(_ndtr(top), tab)[:, 0]
-            cum = tab["cum"][slot_row.expand(B) if single else slot_row, j][:, :-1]  # [B, K-1]
-            r = (uniform((B, 1), s, generator) >= cum).sum(dim=1, keepdim=True)
+            cum = torch.lerp(tab["cum"][full(mix_row[0]), j], tab["cum"][full(mix_row[1]), j], full(mix_row[2])[:, None])
+            r = (uniform((B, 1), s, generator) >= cum[:, :-1]).sum(dim=1, keepdim=True)
         sel = torch.gather(vals, 1, r)[:, 0]
         index = torch.gather(order, 1, r)[:, 0]
-        h = _residual.log_ratio(sel, delta, log_g(sel[:, None], slot_row, tab)[:, 0])
+        h = _residual.log_ratio(sel, delta, log_g(sel[:, None], mix_row, tab)[:, 0])
         s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
         if rej.numel():
-            uni = tab["uniform"][slot_row.expand(B) if single else slot_row][rej]
-            s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])  # reflection (p = phi)
+            # p = phi exactly (uniform policy, t = 0): the residual is the reflection of the draft
+            uni = (tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0))[rej]
+            s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])
             rest = rej[~uni]
             if rest.numel():
-                s_out[rest] = self._residual(delta_u, slot_u, group[rest], tab, generator)
+                s_out[rest] = self._residual(delta_u, mix_u, group[rest], tab, generator)
         return s_out, accepted, index
 
-    def _residual(self, delta_u, slot_u, group, tab, generator) -> Tensor:
+    def _residual(self, delta_u, mix_u, group, tab, generator) -> Tensor:
         K = tab["C"].shape[0]
 
         def log_b_rows(x, rows):
-            return log_g(x, slot_u[group[rows]], tab)
+            g = group[rows]
+            return log_g(x, tuple(m[g] for m in mix_u), tab)
 
         def log_b_groups(x, g):
-            return log_g(x, slot_u[g], tab)
+            return log_g(x, tuple(m[g] for m in mix_u), tab)
 
         x, done = sample_rejection(delta_u[group], log_b_rows, generator, max_elems=max(1 << 14, (1 << 22) // (K * K)))
         left = torch.nonzero(~done, as_tuple=True)[0]
@@ -400,7 +454,7 @@ def _main(argv=None) -> int:  # pragma: no cover - writes the shipped policies
     import argparse
 
     ap = argparse.ArgumentParser(description="build speccheck/data/mcrs_policies_G64.npz")
-    ap.add_argument("--K", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8])
+    ap.add_argument("--K", type=int, nargs="+", default=[2, 3, 4, 5, 6])
     ap.add_argument("--deltas", type=float, nargs="*", default=None, help="only the grid points nearest these")
     ap.add_argument("--out", default=str(PACKAGE_DATA))
     args = ap.parse_args(argv)

@@ -203,3 +203,19 @@ def test_minmax_policy_closes_the_small_delta_gap():
     assert abs(r["mass_check"] - 1.0) < 1e-9
     assert rass < r["minmax_eval"] <= bound + 1e-9
     assert (r["minmax_eval"] - rass) / (bound - rass) >= 0.90
+
+
+def test_theory_command_shows_mcrs(capsys):
+    """`speccheck theory` prints an MCRS column (exact acceptance of the G = 64 LP policy), which
+    lies between RASS and the i.i.d.-list bound, and the share of RASS's gap it closes."""
+    from speccheck import cli
+    from speccheck.theory.table import theory_table
+
+    assert cli.main(["theory", "--delta", "0.5", "--K", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "MCRS" in out and "closed" in out
+    (row,) = theory_table([0.5], [3], mcrs_G=64)
+    assert row["rass"] - 1e-9 <= row["mcrs"] <= row["iid_bound"] + 1e-9
+    assert 0.9 < row["mcrs_gap_closed"] <= 1.0 + 1e-6
+    (row,) = theory_table([0.5], [3], mcrs_G=None)
+    assert np.isnan(row["mcrs"])

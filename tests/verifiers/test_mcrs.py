@@ -146,12 +146,22 @@ def test_bad_inputs_raise(mcrs, delta, s):
 
 
 def test_grid_policy_and_acceptance_bookkeeping(mcrs):
-    assert grid_index(np.array([0.0]))[0] == 0
-    gi = grid_index(np.array([0.52]))[0]
-    assert DELTA_GRID[gi] == pytest.approx(0.5)
-    # the stored (or freshly solved) policy of grid point 0.5: as good as a fresh solve
-    assert acceptance_of_policy(0.5, mcrs.policies([0.52], 2)[0]) == pytest.approx(
-        acceptance_of_policy(0.5, mcrs_policy(0.5, 2, G_TEST)), abs=1e-9)
+    """Rows use (1 - t) pi[lo] + t pi[hi] of the neighbouring grid policies; on a grid point the
+    grid policy itself (as good as a fresh LP solve); delta = 0: uniform; beyond 12: top rank."""
+    from speccheck.verifiers.mcrs import TOP_INDEX, grid_bracket
+
+    lo, hi, t = grid_bracket(np.array([0.0, 0.5, 0.52, 0.0004, 13.0]))
+    assert lo[0] == hi[0] == 0 and t[0] == 0
+    assert DELTA_GRID[lo[1]] == pytest.approx(0.5) and t[1] == 0
+    assert DELTA_GRID[lo[2]] == pytest.approx(0.5) and DELTA_GRID[hi[2]] == pytest.approx(0.55)
+    assert t[2] == pytest.approx(0.4)
+    assert lo[3] == 0 and hi[3] == 1 and t[3] == pytest.approx(0.4)
+    assert lo[4] == hi[4] == TOP_INDEX
+    p50, p52, p55 = mcrs.policies([0.5, 0.52, 0.55], 2)
+    np.testing.assert_allclose(p52.pi, 0.6 * p50.pi + 0.4 * p55.pi, atol=1e-12)
+    assert acceptance_of_policy(0.5, p50) == pytest.approx(acceptance_of_policy(0.5, mcrs_policy(0.5, 2, G_TEST)), abs=1e-9)
+    # the interpolated policy beats the nearest grid policy off the grid
+    assert mcrs.acceptance(np.array([0.52]), 2)[0] > acceptance_of_policy(0.52, p50)
     with pytest.raises(ValueError):
         MCRS(G=0)
     with pytest.raises(ValueError):
