@@ -221,3 +221,36 @@ def test_solved_policies_go_to_the_user_cache(monkeypatch, tmp_path):
     assert list(tmp_path.glob("mcrs_policies_K2_G8_*.npy"))
     monkeypatch.setattr(theory_mcrs, "mcrs_policy", lambda *a, **k: (_ for _ in ()).throw(AssertionError("solved")))
     np.testing.assert_array_equal(mod._PolicyTable(2, G).policy(gi).pi, pi)
+
+
+@pytest.mark.parametrize("K", [2, 4])
+def test_acceptance_is_acceptance_mcrs_on_grid_deltas(K):
+    """At grid deltas (all of the gate suite's) the kernel's declared acceptance -- which the
+    battery's exact binomial test checks -- is speccheck.theory's acceptance_mcrs(delta, K, G=64)
+    (the stored policy is an LP optimum; the optimum's value is unique); off the grid it is the
+    acceptance of the interpolated policy, which is at least RASS's there."""
+    from speccheck.theory import acceptance_rass
+    from speccheck.theory.mcrs import acceptance_mcrs
+
+    v = MCRS()
+    for d in (0.05, 0.5, 1.0, 2.0, 4.0, 10.0):
+        assert float(v.acceptance(np.array([d]), K)[0]) == pytest.approx(float(acceptance_mcrs(d, K, G=64)), abs=1e-9)
+    for d in (0.12, 0.77, 1.33):
+        assert float(v.acceptance(np.array([d]), K)[0]) >= float(acceptance_rass(d, K)) - 1e-9
+
+
+@pytest.mark.parametrize("K", [1, 2, 5, 16])
+def test_closed_form_cell_index_equals_searchsorted(K):
+    """The kernel's closed-form policy-cell index agrees with a search over the stored edges, for
+    s across [-40, 40], random s, and u exactly on every edge."""
+    from speccheck.verifiers import mcrs as mod
+
+    tab = mod.policy_table(K, 64).tables(np.array([0]), torch.device("cpu"))
+    assert tab["chebyshev"]
+    g = torch.Generator().manual_seed(K)
+    s = torch.cat([3 * torch.randn(1 << 16, generator=g, dtype=torch.float64),
+                   torch.linspace(-40, 40, 20001, dtype=torch.float64)])
+    a = tab["a"]
+    for u in (mod._ndtr(s), a.clone()):
+        ref = (torch.searchsorted(a, u.contiguous(), right=True) - 1).clamp(0, a.shape[0] - 2)
+        assert torch.equal(mod._cell(u, tab), ref)
