@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from speccheck.theory import mcrs as _theory
-from speccheck.verifiers import _residual
+from speccheck.verifiers import _cache, _residual
 from speccheck.verifiers.base import (
     ScalarVerifier,
     VerifyResult,
@@ -106,10 +106,7 @@ def _layout_key(K: int, G: int) -> str:
 
 
 def _cache_file(K: int, G: int) -> Path | None:
-    root = os.environ.get("SPECCHECK_CACHE_DIR", str(Path.home() / ".cache" / "speccheck"))
-    if not root:
-        return None
-    return Path(root) / f"mcrs_policies_K{K}_G{G}_{_layout_key(K, G)}.npy"
+    return _cache.cache_file(f"mcrs_policies_K{K}_G{G}_{_layout_key(K, G)}.npy")
 
 
 def _stored_pi(K: int, G: int) -> np.ndarray:
@@ -124,14 +121,9 @@ def _stored_pi(K: int, G: int) -> np.ndarray:
                     sources.append(z[f"K{K}"])
         except (OSError, ValueError, KeyError):
             pass
-    f = _cache_file(K, G)
-    if f is not None and f.exists():
-        try:
-            sources.append(np.load(f))
-        except (OSError, ValueError):
-            pass
+    sources.append(_cache.load(_cache_file(K, G), out.shape))
     for arr in sources:
-        if arr.shape == out.shape:
+        if arr is not None and arr.shape == out.shape:
             fill = np.isnan(out[:, 0, 0]) & ~np.isnan(arr[:, 0, 0])
             out[fill] = arr[fill]
     return out
@@ -177,16 +169,7 @@ class _PolicyTable:
         if self._stored is None:
             self._stored = _stored_pi(self.K, self.G)
         self._stored[gi] = pi
-        f = _cache_file(self.K, self.G)
-        if f is None:
-            return
-        try:
-            f.parent.mkdir(parents=True, exist_ok=True)
-            tmp = f.with_suffix(f".{os.getpid()}.tmp.npy")
-            np.save(tmp, self._stored)
-            os.replace(tmp, f)
-        except OSError:
-            pass
+        _cache.save(_cache_file(self.K, self.G), self._stored)
 
     def tables(self, used: np.ndarray, device) -> dict:
         """Torch tables for all solved grid points: slot[grid index] -> row of coef/cum."""

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from speccheck.verifiers import _residual
+from speccheck.verifiers import _cache, _residual
 from speccheck.verifiers.base import (
     ScalarVerifier,
     VerifyResult,
@@ -51,43 +50,25 @@ _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN 
 
 
 def _cache_file(K: int) -> Path | None:
-    root = os.environ.get("SPECCHECK_CACHE_DIR", str(Path.home() / ".cache" / "speccheck"))
-    if not root:
-        return None
     # keyed by the grid and the LP's source, so a changed LP never reuses stale weights
     from speccheck.theory import rass as _lp
 
     key = hashlib.sha1(DELTA_GRID.tobytes() + Path(_lp.__file__).read_bytes()).hexdigest()[:12]
-    return Path(root) / f"rass_weights_K{K}_{key}.npy"
+    return _cache.cache_file(f"rass_weights_K{K}_{key}.npy")
 
 
 def _table(K: int) -> np.ndarray:
     table = _OMEGA.get(K)
     if table is None:
-        table = np.full((DELTA_GRID.size, K), np.nan)
-        f = _cache_file(K)
-        if f is not None and f.exists():
-            try:
-                saved = np.load(f)
-                if saved.shape == table.shape:
-                    table = saved
-            except (OSError, ValueError):
-                pass
+        shape = (DELTA_GRID.size, K)
+        saved = _cache.load(_cache_file(K), shape)
+        table = saved if saved is not None else np.full(shape, np.nan)
         _OMEGA[K] = table
     return table
 
 
 def _save(K: int) -> None:
-    f = _cache_file(K)
-    if f is None:
-        return
-    try:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(tmp, _OMEGA[K])
-        os.replace(tmp, f)
-    except OSError:
-        pass
+    _cache.save(_cache_file(K), _OMEGA[K])
 
 
 def grid_weights(g, K: int) -> np.ndarray:
