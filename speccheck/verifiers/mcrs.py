@@ -4,8 +4,9 @@ Sort the K scalars; m = the largest, u_m = Phi(m). Draw a rank r ~ pi(u_m) from 
 (piecewise constant in the max, :mod:`speccheck.theory.mcrs`), select S_(r); accept it w.p.
 min(1, q(S)/p_pi(S)) with p_pi(s) = phi(s) g_pi(Phi(s)) in closed form (log space); on
 rejection draw from (q - p_pi)_+ normalised by rejection from the target (proposals
-N(delta, 1) accepted w.p. (1 - p_pi/q)_+; expected one proposal per verified row), with the
-shared inverse-CDF sampler as a fallback for rows still pending after 2^24 proposals.
+N(delta, 1) accepted w.p. (1 - p_pi/q)_+; expected one proposal per verified row; the shared
+adaptive sampler of :mod:`speccheck.verifiers._residual`), with the shared inverse-CDF sampler
+as a fallback for rows still pending after 2^16 proposals.
 Exact for every feasible policy: the kernel always uses the g_pi of the policy it drew from.
 
 Policies. A batch mixes many deltas, so policies are tabulated on a fixed delta grid
@@ -389,34 +390,6 @@ class MCRS(ScalarVerifier):
         if left.numel():  # residual mass < ~1e-6: never seen for grid deltas >= 1e-3
             x[left] = _residual.sample_icdf(delta_u, log_b_groups, group[left], generator, log_b_terms=K * K)
         return x
-
-
-def sample_rejection(delta: Tensor, log_b, generator, max_proposals: int = 1 << 24,
-                     max_elems: int = 1 << 18) -> tuple[Tensor, Tensor]:
-    """Residual (q - p)_+ by rejection from q = N(delta, 1): a proposal Y is kept w.p.
-    (1 - p(Y)/q(Y))_+ = -expm1(-h(Y)) when h > 0. Round k gives each pending row 2^k proposals
-    (at most ``max_elems`` in all) and keeps its first success, so every returned value has the
-    residual law; rows pending after ``max_proposals`` proposals come back with done = False."""
-    n = delta.shape[0]
-    x = torch.zeros_like(delta)
-    done = torch.zeros(n, dtype=torch.bool, device=delta.device)
-    pending = torch.arange(n, device=delta.device)
-    used, k = 0, 0
-    while pending.numel() and used < max_proposals:
-        m = max(1, min(1 << k, max_elems // pending.numel()))
-        d = delta[pending, None]
-        y = d + torch.randn((pending.numel(), m), generator=generator, dtype=torch.float64, device=delta.device)
-        h = _residual.log_ratio(y, d, log_b(y, pending))
-        acc = uniform(y.shape, y, generator) < -torch.expm1(-h)
-        got = acc.any(dim=1)
-        first = torch.argmax(acc.to(torch.uint8), dim=1)
-        rows = pending[got]
-        x[rows] = y[got, first[got]]
-        done[rows] = True
-        pending = pending[~got]
-        used += m
-        k += 1
-    return x, done
 
 
 # ------------------------------------------------------------------------- package data builder
