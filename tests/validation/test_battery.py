@@ -3,7 +3,6 @@ rate 1e-3 per battery run, so each 'passes' assertion below fails by chance w.p.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
