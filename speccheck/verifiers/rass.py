@@ -95,15 +95,21 @@ def precompute_weights(K: int, delta_max: float = 40.0) -> None:
     grid_weights(np.nonzero(DELTA_GRID <= delta_max + 1e-12)[0], K)
 
 
+def grid_bracket(delta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, t) per delta (flattened): the kernel mixes grid points lo and hi with weight t
+    (hi = lo where t = 0); deltas beyond the grid use its last point."""
+    flat = np.minimum(np.asarray(delta, np.float64).ravel(), DELTA_GRID[-1])
+    lo = np.clip(np.searchsorted(DELTA_GRID, flat, side="right") - 1, 0, DELTA_GRID.size - 2)
+    t = np.clip((flat - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo]), 0.0, 1.0)
+    return lo, np.where(t > 0.0, lo + 1, lo), t
+
+
 def rass_weights(delta, K: int) -> np.ndarray:
     """The omega the RASS kernel uses at each delta: linear interpolation between the LP weights
     at the two neighbouring grid points (a convex combination, so always in W_K; exactly the LP
     weights on grid points, uniform at delta = 0). Shape delta.shape + (K,)."""
     d = np.asarray(delta, np.float64)
-    flat = np.minimum(d.ravel(), DELTA_GRID[-1])
-    lo = np.clip(np.searchsorted(DELTA_GRID, flat, side="right") - 1, 0, DELTA_GRID.size - 2)
-    t = np.clip((flat - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo]), 0.0, 1.0)
-    hi = np.where(t > 0.0, lo + 1, lo)
+    lo, hi, t = grid_bracket(d)
     need = np.unique(np.concatenate([lo, hi]))
     rows = grid_weights(need, K)
     w_lo = rows[np.searchsorted(need, lo)]
@@ -179,15 +185,17 @@ def support_rows(delta: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) [n, J] proposal intervals per delta (padded with empty (inf, inf) slots); deltas
     beyond the grid get the whole line."""
     d = np.asarray(delta, np.float64).ravel()
-    lo = np.clip(np.searchsorted(DELTA_GRID, d, side="right") - 1, 0, DELTA_GRID.size - 2)
-    t = (d - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo])
-    hi = np.where(t > 0.0, lo + 1, lo)
-    sets = [np.array([[-np.inf, np.inf]]) if di >= DELTA_GRID[-1] else residual_support(K, int(a), int(b))
-            for di, a, b in zip(d, lo, hi)]
+    lo, hi, _ = grid_bracket(d)
+    cell = np.where(d >= DELTA_GRID[-1], -1, lo * DELTA_GRID.size + hi)  # -1: the whole line
+    cells, inv = np.unique(cell, return_inverse=True)
+    sets = [np.array([[-np.inf, np.inf]]) if c < 0 else residual_support(K, int(c // DELTA_GRID.size),
+                                                                           int(c % DELTA_GRID.size))
+            for c in cells]
     J = max(x.shape[0] for x in sets)
-    out = np.full((d.size, J, 2), np.inf)
+    table = np.full((cells.size, J, 2), np.inf)
     for i, x in enumerate(sets):
-        out[i, : x.shape[0]] = x
+        table[i, : x.shape[0]] = x
+    out = table[inv.ravel()]
     return out[..., 0], out[..., 1]
 
 
