@@ -181,7 +181,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     import torch
 
-    from speccheck.sampler.experiments import sweep
+    from speccheck.scale.sweep import sweep
 
     torch.set_num_threads(max(1, args.threads))
     proto = _protocol_from(args, lazy_default=True)

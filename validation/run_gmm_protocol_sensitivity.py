@@ -1,6 +1,6 @@
 """Regenerate validation/gmm_protocol_sensitivity.{csv,md} (issue 5, "Done when" 2).
 
-Runs `speccheck sweep` once per protocol of speccheck.sampler.experiments.SENSITIVITY_PROTOCOLS
+Runs `speccheck sweep` once per protocol of speccheck.scale.sweep.SENSITIVITY_PROTOCOLS
 (resumable; results under --root, default results/protocol-sensitivity) and collects the table.
 
     python validation/run_gmm_protocol_sensitivity.py [--trajectories 100] [--jobs 2]
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from speccheck.sampler.experiments import SENSITIVITY_CELLS, SENSITIVITY_PROTOCOLS, sensitivity_table
+from speccheck.scale.sweep import SENSITIVITY_CELLS, SENSITIVITY_PROTOCOLS, sensitivity_table
 
 FLAG = {"freeze": "--freeze", "prefetch": "--prefetch", "grid": "--grid", "eps": "--eps"}
 

@@ -1,6 +1,6 @@
 """Measured speed-up figures (4 overlay, 5, 6) from a sampler sweep on the Gaussian mixture.
 
-The data come from :func:`speccheck.sampler.experiments.sweep` (resumable: a sweep folder can
+The data come from :func:`speccheck.scale.sweep.sweep` (resumable: a sweep folder can
 be reused with ``--sweep DIR``); the tables here are per-cell summaries of that sweep: mean
 speed-up over trajectories, its standard error, the B of the tree (or matched chain) that ran,
 and the sampler's own theory prediction (DP with measured acceptance).
@@ -71,7 +71,8 @@ def measured_cells(cfg: FigureConfig) -> tuple[Table, dict]:
         return cfg.cache[key]
     from dataclasses import asdict
 
-    from speccheck.sampler.experiments import preset, sweep, write_summary
+    from speccheck.sampler.experiments import preset
+    from speccheck.scale.sweep import sweep, write_summary
 
     proto = preset(spec.target)
     out_dir = cfg.sweep_dir
