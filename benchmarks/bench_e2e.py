@@ -8,7 +8,8 @@
     drafted and evaluated in one call) vs the standard chain on the same batch of b
     trajectories: measured wall-clock speed-up next to the NFE speed-up, plus the cost-model
     prediction NFE-speed-up * c(b) / c(b |V|).
-Prints ratios; no thresholds (speed targets are read, not asserted).
+Everything runs on --device: the starting states, the sampler's trees and noise (a generator on
+that device), and the target. Prints ratios; no thresholds (speed targets are read, not asserted).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from speccheck.sampler.core import SpeculativeSampler
 from speccheck.sampler.tree import chain_matched, uniform_tree
+from speccheck.seeding import generator
 from speccheck.targets.digits import digits_target
 from speccheck.validation.e2e import make_schedule, standard_sample
 
@@ -30,12 +32,12 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def call_cost(target, rows: int, device: str, reps: int) -> float:
-    """Median seconds of one target.velocity call on ``rows`` rows."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, *target.state_shape, generator=g, dtype=torch.float64)
-    t = torch.rand(rows, generator=g, dtype=torch.float64) * 0.9 + 0.05
-    c = torch.randint(0, 10, (rows,), generator=g)
+def call_cost(target: object, rows: int, device: str, reps: int) -> float:
+    """Median seconds of one target.velocity call on ``rows`` rows (inputs on ``device``)."""
+    g = generator(0, device)
+    x = torch.randn(rows, *target.state_shape, generator=g, dtype=torch.float64, device=device)
+    t = torch.rand(rows, generator=g, dtype=torch.float64, device=device) * 0.9 + 0.05
+    c = torch.randint(0, 10, (rows,), generator=g, device=device)
     target.velocity(x, t, c)
     out = []
     for _ in range(reps):
@@ -47,21 +49,24 @@ def call_cost(target, rows: int, device: str, reps: int) -> float:
     return float(np.median(out))
 
 
-def cell(target, model: str, verifier: str, K: int, L: int, eps: float, b: int, steps: int, shift: float,
-         diffusers_grid: bool, freeze: str, costs: dict) -> dict:
+def cell(target: object, model: str, verifier: str, K: int, L: int, eps: float, b: int, steps: int, shift: float,
+         diffusers_grid: bool, freeze: str, costs: dict, device: str = "cpu") -> dict:
+    """One batch of b trajectories: standard chain vs eager speculative sampler, both on ``device``."""
     sched = make_schedule(steps, eps, shift, diffusers_grid)
     tree = uniform_tree(K, L)
     if verifier == "rmc":
         tree = chain_matched(tree, "budget", True)
     sp = SpeculativeSampler(target, sched, tree, verifier, freeze=freeze, prefetch="nearest", leaves=True, lazy=False)
-    g = torch.Generator().manual_seed(1)
-    x0 = torch.randn(b, *target.state_shape, generator=g, dtype=torch.float64)
-    cond = torch.arange(b) % 10
+    x0 = torch.randn(b, *target.state_shape, generator=generator(1, device), dtype=torch.float64, device=device)
+    cond = torch.arange(b, device=device) % 10
+    _sync(device)
     t0 = time.perf_counter()
-    std = standard_sample(target, sched, x0, cond, torch.Generator().manual_seed(2))
+    std = standard_sample(target, sched, x0, cond, generator(2, device))
+    _sync(device)
     w_std = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = sp.run(x0, torch.Generator().manual_seed(3), cond=cond)
+    res = sp.run(x0, generator(3, device), cond=cond)
+    _sync(device)
     w_sp = time.perf_counter() - t0
     nfe_speedup = float(res.speedup.mean())
     # cost model: per batch, standard spends n_sto calls of b rows, speculative NFE calls of b |V| rows
@@ -75,6 +80,7 @@ def cell(target, model: str, verifier: str, K: int, L: int, eps: float, b: int, 
 
 
 def main() -> None:
+    """Print the cost curve and the wall-clock vs NFE speed-ups per model."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["digits-edm", "digits-flow"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -108,7 +114,7 @@ def main() -> None:
             for b in args.batches:
                 if b * uniform_tree(K, L).n_nodes > 4 * args.max_rows:
                     continue
-                r = cell(target, model, ver, K, L, eps, b, steps, shift, dg, freeze, costs)
+                r = cell(target, model, ver, K, L, eps, b, steps, shift, dg, freeze, costs, args.device)
                 print(f"{ver:>8} {r['tree']:>20} {eps:5.2f} {b:4d} {r['rows_per_traj']:5d} {r['nfe_speedup']:7.3f} "
                       f"{r['wall_speedup']:7.3f} {r['model_pred_wall']:8.3f}")
 

@@ -135,7 +135,8 @@ def main() -> None:
     std = standard_sampler(target, sched, ne, seed=0)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     V = 55987
-    print(f"eager dgrs (6,6): {ne} trajectories, wall {wall:.1f} s, cpu {cpu:.1f} s ({cpu / ne:.2f} s cpu per trajectory), "
+    print(f"eager dgrs (6,6): {ne} trajectories, wall {wall:.1f} s, cpu {cpu:.1f} s "
+          f"({cpu / ne:.2f} s cpu per trajectory), "
           f"speed-up {summ[0]['speedup']:.2f} (NFE {summ[0]['nfe_mean']:.1f}); standard sampler {std:.3f} s; "
           f"ratio {wall / std:.0f}x")
     print(f"  memory per tree node: {2 * target.d * 8} bytes computed (state + velocity, float64); "

@@ -3,6 +3,15 @@
 Every random stream in speccheck (a battery cell, a sweep cell, an e2e run, a calibration
 seed) is seeded by ``unit_seed(base, *identity)``, so results do not depend on the order in
 which units run, on how many workers run them, or on the process that runs them.
+
+    g = generator(unit_seed(run_seed, "sweep-cell", "dgrs", K, L), device)
+
+Law: the identity (base, parts...) is encoded injectively as 32-bit words -- the number of
+parts, then per part a type tag (0 int, 1 str) and two words of its 64-bit value (ints as they
+are, strings by their 64-bit BLAKE2b digest) -- and fed to ``numpy.random.SeedSequence`` as its
+entropy; the seed is the top 63 bits of its first 64-bit state word. Distinct identities give
+distinct encodings (so ``(b, a)``, ``(b, a, 0)`` and ``(b, "a")`` differ); the same identity gives
+the same seed on every run, process and platform.
 """
 
 from __future__ import annotations
@@ -13,32 +22,47 @@ from typing import Union
 import numpy as np
 import torch
 
+from speccheck.errors import DeviceError, InputError
+
 Part = Union[int, str]
+MAX_SEED = 2**64 - 1
+"""Largest seed a ``torch.Generator`` accepts."""
 
 
 def _as_int(part: Part) -> int:
     if isinstance(part, bool) or not isinstance(part, (int, np.integer, str)):
-        raise TypeError(f"seed identity parts must be int or str, got {type(part).__name__}")
+        raise InputError(f"seed identity parts must be int or str, got {type(part).__name__} {part!r}")
     if isinstance(part, str):
         return int.from_bytes(hashlib.blake2b(part.encode(), digest_size=8).digest(), "little")
     part = int(part)
-    if part < 0:
-        raise ValueError(f"seed identity parts must be >= 0, got {part}")
+    if not 0 <= part < 2**64:
+        raise InputError(f"seed identity parts must be in [0, 2^64), got {part}")
     return part
+
+
+def _words(part: Part) -> list[int]:
+    value = _as_int(part)
+    return [int(isinstance(part, str)), value & 0xFFFFFFFF, value >> 32]
 
 
 def unit_seed(base: int, *identity: Part) -> int:
     """A 63-bit seed for the unit ``identity`` under the run seed ``base``.
 
-    Integer parts enter ``numpy.random.SeedSequence`` as they are, string parts as their
-    64-bit BLAKE2b digest; stable across runs, processes and platforms.
+    Parts are ints in [0, 2^64) or strings; the encoding (module docstring) is injective, so
+    distinct identities never share an entropy sequence.
     """
-    entropy = [_as_int(base), *(_as_int(p) for p in identity)]
+    parts = (base, *identity)
+    entropy = [len(parts)] + [word for part in parts for word in _words(part)]
     return int(np.random.SeedSequence(entropy).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
 def generator(seed: int, device: Union[str, torch.device] = "cpu") -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded with ``seed``."""
-    g = torch.Generator(device=device)
+    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (an integer in [0, 2^64))."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
+        raise InputError(f"seed must be an integer in [0, 2^64), got {seed!r}")
+    try:
+        g = torch.Generator(device=device)
+    except RuntimeError as exc:
+        raise DeviceError(f"cannot create a random generator on device {device!r}: {exc}") from None
     g.manual_seed(int(seed))
     return g

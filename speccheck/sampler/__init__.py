@@ -9,15 +9,26 @@
 from speccheck.sampler.analysis import calibration, predicted_nfe, summarize, theoretical_acceptance
 from speccheck.sampler.core import (
     FREEZE_MODES,
+    MAX_EAGER_ELEMENTS,
     PREFETCH_MODES,
     EventLog,
+    NodeSource,
     SamplerResult,
     SpeculativeSampler,
 )
-from speccheck.sampler.tree import DraftTree, chain, chain_matched, pruned_tree, uniform_tree, widths_tree
+from speccheck.sampler.tree import (
+    MAX_TREE_NODES,
+    DraftTree,
+    chain,
+    chain_matched,
+    pruned_tree,
+    tree_size,
+    uniform_tree,
+    widths_tree,
+)
 
 __all__ = [
-    "FREEZE_MODES", "PREFETCH_MODES", "DraftTree", "EventLog", "SamplerResult", "SpeculativeSampler",
-    "calibration", "chain", "chain_matched", "predicted_nfe", "pruned_tree", "summarize",
-    "theoretical_acceptance", "uniform_tree", "widths_tree",
+    "FREEZE_MODES", "MAX_EAGER_ELEMENTS", "MAX_TREE_NODES", "PREFETCH_MODES", "DraftTree", "EventLog", "NodeSource",
+    "SamplerResult", "SpeculativeSampler", "calibration", "chain", "chain_matched", "predicted_nfe", "pruned_tree",
+    "summarize", "theoretical_acceptance", "tree_size", "uniform_tree", "widths_tree",
 ]

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import torch
 
 from speccheck.sampler.core import EventLog, SamplerResult
-
 
 _FAST_CLOSED_FORM = ("rmc", "dgrs")
 INTERP_STEP = 0.01
@@ -49,7 +49,7 @@ def _interpolated(acc_fn, key, d: np.ndarray, K: int) -> np.ndarray:
     return lo + w * (hi - lo)
 
 
-def theoretical_acceptance(verifier, delta: np.ndarray, K: np.ndarray) -> np.ndarray:
+def theoretical_acceptance(verifier: object, delta: np.ndarray, K: np.ndarray) -> np.ndarray:
     """P(accept) per event (arrays of equal length); uses ``verifier.acceptance`` if present
     (directly for the built-in closed forms rmc/dgrs, else tabulated and interpolated, see
     :func:`_interpolated`: a RASS acceptance costs ~10 ms per delta), else the closed form of
@@ -86,7 +86,7 @@ def theoretical_acceptance(verifier, delta: np.ndarray, K: np.ndarray) -> np.nda
     return out
 
 
-def calibration(verifier, events: EventLog, mask: Optional[np.ndarray] = None,
+def calibration(verifier: object, events: EventLog, mask: Optional[np.ndarray] = None,
                 a: Optional[np.ndarray] = None) -> dict:
     """Observed vs expected accepts over the (masked) events: {'observed', 'expected', 'z', 'n'}.
     ``a``: precomputed theoretical acceptance of the masked events (optional)."""
@@ -157,54 +157,67 @@ def predicted_nfe(result: SamplerResult, stochastic: np.ndarray, L: int, prefetc
     return float(total)
 
 
-def summarize(result: SamplerResult, verifier, stochastic: np.ndarray, L: int,
+def _host(values: torch.Tensor) -> np.ndarray:
+    """A result tensor (on any device) as a host numpy array."""
+    return values.detach().cpu().numpy()
+
+
+def _mean_se(values: np.ndarray) -> float:
+    """Standard error of the mean (NaN for fewer than two values)."""
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
+
+
+def _nfe_gap_se(result: SamplerResult, stochastic: np.ndarray, L: int, in_cell: np.ndarray,
+                a_theory: np.ndarray, nfe_all: np.ndarray) -> float:
+    """SE of (measured mean NFE - predicted NFE): both come from the same trajectories, so
+    resample trajectories (bootstrap, 100 resamples, numpy seed 0) and recompute both."""
+    rng = np.random.default_rng(0)
+    chosen = np.nonzero(in_cell)[0]
+    gaps = []
+    for _ in range(100 if chosen.size > 1 else 0):
+        counts = np.bincount(rng.choice(chosen, chosen.size), minlength=in_cell.size).astype(np.float64)
+        predicted = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], in_cell, a_theory, counts)
+        gaps.append((counts * nfe_all).sum() / counts.sum() - predicted)
+    return float(np.std(gaps, ddof=1)) if len(gaps) > 1 else float("nan")
+
+
+def summarize(result: SamplerResult, verifier: object, stochastic: np.ndarray, L: int,
               mask_traj: Optional[np.ndarray] = None) -> dict:
     """Speed-up (mean, SE), NFE, acceptance, calibration z, predicted NFE for the trajectories
-    in ``mask_traj`` (all by default)."""
-    n = result.nfe.numel()
-    m = np.ones(n, dtype=bool) if mask_traj is None else np.asarray(mask_traj, dtype=bool)
-    nt = int(m.sum())
-    sp = result.speedup.numpy()[m]
-    sp_nw = result.speedup_no_warmup.numpy()[m]
-    nfe = result.nfe.double().numpy()[m]
-    ev_mask = m[result.events.traj.astype(np.int64)]
-    ev = result.events
-    a_theory = np.zeros(len(ev))
-    a_theory[ev_mask] = theoretical_acceptance(verifier, ev.delta[ev_mask], ev.K[ev_mask])
-    cal = calibration(verifier, ev, ev_mask, a_theory[ev_mask])
-    pred = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m, a_theory)
-    pred_freq = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m)
-    # SE of (measured mean NFE - predicted NFE): both come from the same trajectories, so
-    # resample trajectories (bootstrap, n_boot = 100, fixed seed) and recompute both
-    rng = np.random.default_rng(0)
-    idx = np.nonzero(m)[0]
-    nfe_all = result.nfe.double().numpy()
-    gaps = []
-    for _ in range(100 if idx.size > 1 else 0):
-        cnt = np.bincount(rng.choice(idx, idx.size), minlength=n).astype(np.float64)
-        p_b = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], m, a_theory, cnt)
-        gaps.append((cnt * nfe_all).sum() / cnt.sum() - p_b)
-    gap_se = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else float("nan")
-    se = lambda a: float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")  # noqa: E731
-    nfe_se = se(nfe)
-    acc = result.n_accepted.numpy()[m].sum() / max(result.n_verified.numpy()[m].sum(), 1)
+    in ``mask_traj`` (all by default). Result tensors may live on any device."""
+    n_batch = result.nfe.numel()
+    in_cell = np.ones(n_batch, dtype=bool) if mask_traj is None else np.asarray(mask_traj, dtype=bool)
+    speedup = _host(result.speedup)[in_cell]
+    speedup_no_warmup = _host(result.speedup_no_warmup)[in_cell]
+    nfe_all = _host(result.nfe.double())
+    nfe = nfe_all[in_cell]
+    events = result.events
+    event_in_cell = in_cell[events.traj.astype(np.int64)]
+    a_theory = np.zeros(len(events))
+    a_theory[event_in_cell] = theoretical_acceptance(verifier, events.delta[event_in_cell], events.K[event_in_cell])
+    calibrated = calibration(verifier, events, event_in_cell, a_theory[event_in_cell])
+    predicted = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], in_cell, a_theory)
+    predicted_freq = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], in_cell)
+    gap_se = _nfe_gap_se(result, stochastic, L, in_cell, a_theory, nfe_all)
+    nfe_se = _mean_se(nfe)
+    acceptance = _host(result.n_accepted)[in_cell].sum() / max(_host(result.n_verified)[in_cell].sum(), 1)
     return {
-        "trajectories": nt,
-        "speedup": float(sp.mean()), "speedup_se": se(sp),
-        "speedup_no_warmup": float(sp_nw.mean()), "speedup_no_warmup_se": se(sp_nw),
+        "trajectories": int(in_cell.sum()),
+        "speedup": float(speedup.mean()), "speedup_se": _mean_se(speedup),
+        "speedup_no_warmup": float(speedup_no_warmup.mean()), "speedup_no_warmup_se": _mean_se(speedup_no_warmup),
         "nfe_mean": float(nfe.mean()), "nfe_se": nfe_se,
-        "root_calls_mean": float(result.root_calls.double().numpy()[m].mean()),
-        "det_calls_mean": float(result.det_calls.double().numpy()[m].mean()),
-        "rounds_mean": float(result.rounds.double().numpy()[m].mean()),
+        "root_calls_mean": float(_host(result.root_calls.double())[in_cell].mean()),
+        "det_calls_mean": float(_host(result.det_calls.double())[in_cell].mean()),
+        "rounds_mean": float(_host(result.rounds.double())[in_cell].mean()),
         "batch_calls": int(result.batch_calls),   # target calls of the whole batched run
-        "batch_trajectories": int(n),
+        "batch_trajectories": int(n_batch),
         "stochastic_steps": int(result.n_stochastic),
-        "acceptance": float(acc),
-        **cal,
-        "predicted_nfe": pred,
-        "predicted_speedup": float(result.n_stochastic / pred),
-        "predicted_nfe_freq": pred_freq,
+        "acceptance": float(acceptance),
+        **calibrated,
+        "predicted_nfe": predicted,
+        "predicted_speedup": float(result.n_stochastic / predicted),
+        "predicted_nfe_freq": predicted_freq,
         "nfe_gap_se": gap_se,
-        "nfe_z": float((nfe.mean() - pred) / gap_se) if gap_se and gap_se > 0 else float("nan"),
-        "nfe_z_measured_se_only": float((nfe.mean() - pred) / nfe_se) if nfe_se and nfe_se > 0 else float("nan"),
+        "nfe_z": float((nfe.mean() - predicted) / gap_se) if gap_se and gap_se > 0 else float("nan"),
+        "nfe_z_measured_se_only": float((nfe.mean() - predicted) / nfe_se) if nfe_se and nfe_se > 0 else float("nan"),
     }

@@ -1,4 +1,5 @@
-"""Speed-up experiments on the Gaussian-mixture presets (issue 5): one cell, and resumable sweeps.
+"""Speed-up experiments on the Gaussian-mixture presets (issue 5): cells of one rule and width K
+(the resumable sweeps over them live in :mod:`speccheck.scale`).
 
 A *protocol* records every choice that moves measured speed-ups (SPEC section 2): target preset,
 grid, eps, freeze, prefetch, leaves, chain matching, lazy/eager, seed. Speed-up is reported as
@@ -16,15 +17,40 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from speccheck.errors import InputError
 from speccheck.sampler.analysis import summarize
-from speccheck.sampler.core import SpeculativeSampler, resolve_verifier, verifier_name
+from speccheck.sampler.core import (
+    FREEZE_MODES,
+    PREFETCH_MODES,
+    EventLog,
+    SamplerResult,
+    SpeculativeSampler,
+    resolve_verifier,
+    verifier_name,
+)
 from speccheck.sampler.tree import DraftTree, chain, uniform_tree
-from speccheck.targets.gmm import gmm_preset
+from speccheck.seeding import generator
+from speccheck.targets.gmm import GMM_PRESETS, gmm_preset
 from speccheck.targets.schedules import Schedule, make_schedule
+
+CHAIN_MATCHES = ("budget", "rows")
+PROTOCOL_GRIDS = ("uniform", "flow", "edm")
+MAX_STEPS = 100_000
+"""Most sampler steps a protocol may ask for (bounded schedule arrays and run time)."""
+MAX_TRAJECTORIES = 1_000_000
+"""Most trajectories one ``run_cells`` call runs (n_traj times the number of depths)."""
+
+
+def _check_choice(name: str, value: object, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
 @dataclass(frozen=True)
 class Protocol:
+    """Every switch that moves a measured speed-up (validated on construction: each bad field
+    raises :class:`speccheck.errors.InputError` naming it and what is allowed)."""
+
     target: str = "gmm-paper"
     d: Optional[int] = None          # informational (the preset fixes d)
     grid: str = "uniform"
@@ -36,7 +62,28 @@ class Protocol:
     chain_match: str = "budget"
     lazy: bool = True
 
+    def __post_init__(self) -> None:
+        _check_choice("target", self.target, GMM_PRESETS)
+        _check_choice("grid", self.grid, PROTOCOL_GRIDS)
+        _check_choice("freeze", self.freeze, FREEZE_MODES)
+        _check_choice("prefetch", self.prefetch, PREFETCH_MODES)
+        _check_choice("chain_match", self.chain_match, CHAIN_MATCHES)
+        if isinstance(self.steps, bool) or not isinstance(self.steps, (int, np.integer)) \
+                or not 1 <= self.steps <= MAX_STEPS:
+            raise InputError(f"steps must be an integer in [1, {MAX_STEPS}], got {self.steps!r}")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float, np.floating)) \
+                or not 0.0 < float(self.eps) <= 1.0:
+            raise InputError(f"eps must be a number in (0, 1] (eps = 0 has no stochastic step to speed up), "
+                             f"got {self.eps!r}")
+        for name in ("leaves", "lazy"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise InputError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.d is not None and (isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer))
+                                   or self.d < 1):
+            raise InputError(f"d must be None or an integer >= 1, got {self.d!r}")
+
     def schedule(self) -> Schedule:
+        """The time grid with churn eps."""
         return make_schedule(self.grid, self.steps, self.eps)
 
     def key(self) -> str:
@@ -55,21 +102,25 @@ PRESETS = {
 }
 
 
-def preset(name: str, **overrides) -> Protocol:
-    if name not in PRESETS:
-        raise ValueError(f"unknown target preset {name!r}; choose from {sorted(PRESETS)}")
+def preset(name: str, **overrides: object) -> Protocol:
+    """The preset protocol ``name`` with ``overrides`` (None values ignored) applied."""
+    _check_choice("target preset", name, sorted(PRESETS))
+    fields = Protocol.__dataclass_fields__
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise InputError(f"unknown protocol option(s) {unknown}; allowed: {sorted(fields)}")
     over = {k: v for k, v in overrides.items() if v is not None}
     return replace(PRESETS[name], **over)
 
 
-def cell_tree(verifier, K: int, L: int, proto: Protocol, N_sto: int) -> DraftTree:
+def cell_tree(verifier: object, K: int, L: int, proto: Protocol, N_sto: int) -> DraftTree:
     """The tree run for cell (K, L): a (K, L) tree, or for a K = 1-only verifier (RMC) with
     K > 1 the chain matched to the (K, L) tree per ``proto.chain_match`` (capped at N_sto)."""
     supports = getattr(verifier, "supports_K", None)
     if K == 1 or supports is None or supports(K):
         return uniform_tree(K, L)
     if supports is not None and not supports(1):
-        raise ValueError(f"verifier {verifier_name(verifier)!r} supports neither K={K} nor chains")
+        raise InputError(f"verifier {verifier_name(verifier)!r} supports neither K={K} nor chains")
     Lc = min(_matched_length(K, L, proto), N_sto)
     return chain(Lc)
 
@@ -82,80 +133,109 @@ def _matched_length(K: int, L: int, proto: Protocol) -> int:
         return V - 1
     if proto.chain_match == "rows":
         return (V - 1) if proto.leaves else I
-    raise ValueError(f"chain_match must be 'budget' or 'rows', got {proto.chain_match!r}")
+    raise InputError(f"chain_match must be 'budget' or 'rows', got {proto.chain_match!r}")
 
 
-def run_cells(proto: Protocol, verifier, K: int, Ls: Sequence[int], n_traj: int, seed: int,
-              max_nodes: int = 400_000) -> tuple[list[dict], list[dict]]:
+def _check_cells(K: int, Ls: Sequence[int], n_traj: int, seed: int, max_nodes: int) -> None:
+    def is_int(value: object) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+    if not is_int(K) or K < 1:
+        raise InputError(f"K must be an integer >= 1, got {K!r}")
+    if len(Ls) < 1 or not all(is_int(L) and L >= 1 for L in Ls):
+        raise InputError(f"Ls must be a non-empty list of integers >= 1, got {list(Ls)!r}")
+    if not is_int(n_traj) or not 1 <= n_traj * len(Ls) <= MAX_TRAJECTORIES:
+        raise InputError(f"n_traj must be an integer >= 1 with n_traj * len(Ls) <= {MAX_TRAJECTORIES}, "
+                         f"got {n_traj!r}")
+    if not is_int(seed) or not 0 <= seed < 2**63:
+        raise InputError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    if not is_int(max_nodes) or max_nodes < 1:
+        raise InputError(f"max_nodes must be an integer >= 1, got {max_nodes!r}")
+
+
+def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_traj: int, seed: int,
+              max_nodes: int = 400_000, device: str | torch.device = "cpu") -> tuple[list[dict], list[dict]]:
     """Run cells (K, L) for L in Ls with one verifier; all L share one batched run (per-trajectory
-    depth caps). Returns (per-trajectory rows, per-cell summaries)."""
-    ver = resolve_verifier(verifier)
+    depth caps). Returns (per-trajectory rows, per-cell summaries).
+
+    The starting states and every draw come from one generator seeded with ``seed`` on
+    ``device`` (the same numbers on every CPU; a CUDA generator draws another stream)."""
+    _check_cells(K, Ls, n_traj, seed, max_nodes)
+    rule = resolve_verifier(verifier)
     target = gmm_preset(proto.target)
-    sched = proto.schedule()
-    N_sto = sched.n_stochastic
-    trees = [cell_tree(ver, K, L, proto, N_sto) for L in Ls]
-    Lmax = max(t.L for t in trees)
-    big = uniform_tree(max(t.max_K for t in trees), Lmax)
-    caps = torch.tensor(np.repeat([t.L for t in trees], n_traj))
-    sp = SpeculativeSampler(target, sched, big, ver, freeze=proto.freeze, prefetch=proto.prefetch,
-                            leaves=proto.leaves, lazy=proto.lazy)
-    g = torch.Generator().manual_seed(seed)
-    x0 = torch.randn(caps.numel(), target.d, generator=g, dtype=torch.float64)
+    schedule = proto.schedule()
+    trees = [cell_tree(rule, K, L, proto, schedule.n_stochastic) for L in Ls]
+    batch_tree = uniform_tree(max(t.max_K for t in trees), max(t.L for t in trees))
+    depth_caps = torch.tensor(np.repeat([t.L for t in trees], n_traj), device=device)
+    sampler = SpeculativeSampler(target, schedule, batch_tree, rule, freeze=proto.freeze, prefetch=proto.prefetch,
+                                 leaves=proto.leaves, lazy=proto.lazy)
+    gen = generator(seed, device)
+    x0 = torch.randn(depth_caps.numel(), target.d, generator=gen, dtype=torch.float64, device=device)
     if proto.lazy:
-        results = [(slice(0, caps.numel()), sp.run(x0, g, depth_cap=caps))]
+        chunks = [(slice(0, depth_caps.numel()), sampler.run(x0, gen, depth_cap=depth_caps))]
     else:  # eager: chunk trajectories so one round holds <= max_nodes tree nodes
-        per = max(1, max_nodes // big.n_nodes)
-        results = [(slice(i, i + per), sp.run(x0[i:i + per], g, depth_cap=caps[i:i + per]))
-                   for i in range(0, caps.numel(), per)]
+        per_chunk = max(1, max_nodes // batch_tree.n_nodes)
+        spans = [slice(i, i + per_chunk) for i in range(0, depth_caps.numel(), per_chunk)]
+        chunks = [(span, sampler.run(x0[span], gen, depth_cap=depth_caps[span])) for span in spans]
     rows, summaries = [], []
-    name = verifier_name(ver)
-    for ci, (L, tree) in enumerate(zip(Ls, trees)):
-        sel = np.zeros(caps.numel(), dtype=bool)
-        sel[ci * n_traj:(ci + 1) * n_traj] = True
-        summ = _summarize_chunks(results, ver, sched, tree.L, sel)
-        cell = {"rule": name, "K": K, "L": L, "tree": tree.name, "B": tree.budget,
+    for index, (L, tree) in enumerate(zip(Ls, trees)):
+        first = index * n_traj
+        in_cell = np.zeros(depth_caps.numel(), dtype=bool)
+        in_cell[first:first + n_traj] = True
+        cell = {"rule": verifier_name(rule), "K": K, "L": L, "tree": tree.name, "B": tree.budget,
                 "rows_per_round": tree.rows(proto.leaves), "seed": seed}
-        summaries.append({**cell, **summ})
-        for sl, res in results:
-            for j in range(res.nfe.numel()):
-                b = sl.start + j
-                if not sel[b]:
-                    continue
-                rows.append({**cell, "traj": b - ci * n_traj, "nfe": int(res.nfe[j]),
-                             "root_calls": int(res.root_calls[j]), "det_calls": int(res.det_calls[j]),
-                             "rounds": int(res.rounds[j]), "accepted": int(res.n_accepted[j]),
-                             "verified": int(res.n_verified[j]), "stochastic_steps": res.n_stochastic,
-                             "speedup": float(res.speedup[j])})
+        summaries.append({**cell, **_summarize_chunks(chunks, rule, schedule, tree.L, in_cell)})
+        rows += _trajectory_rows(chunks, cell, in_cell, first)
     return rows, summaries
 
 
-def _summarize_chunks(results, ver, sched, L, sel) -> dict:
-    """Summaries over chunked results: merge per-chunk summaries by trajectory count."""
-    parts = []
-    for sl, res in results:
-        m = sel[sl.start: sl.start + res.nfe.numel()]
-        if m.any():
-            parts.append((res, m))
+def _trajectory_rows(chunks: list, cell: dict, in_cell: np.ndarray, first: int) -> list[dict]:
+    """One row per trajectory of the cell (``in_cell`` over the whole batch; ``first``: the
+    cell's first trajectory), counters read from the device once per chunk."""
+    rows = []
+    for span, result in chunks:
+        counts = {field: getattr(result, field).tolist() for field in
+                  ("nfe", "root_calls", "det_calls", "rounds", "n_accepted", "n_verified")}
+        speedups = result.speedup.tolist()
+        for j in range(result.nfe.numel()):
+            if not in_cell[span.start + j]:
+                continue
+            rows.append({**cell, "traj": span.start + j - first, "nfe": counts["nfe"][j],
+                         "root_calls": counts["root_calls"][j], "det_calls": counts["det_calls"][j],
+                         "rounds": counts["rounds"][j], "accepted": counts["n_accepted"][j],
+                         "verified": counts["n_verified"][j], "stochastic_steps": result.n_stochastic,
+                         "speedup": speedups[j]})
+    return rows
+
+
+def _summarize_chunks(chunks: list, rule: object, schedule: Schedule, L: int, in_cell: np.ndarray) -> dict:
+    """The summary of the cell's trajectories (``in_cell``) over the chunked runs."""
+    parts = [(result, in_cell[span.start: span.start + result.nfe.numel()]) for span, result in chunks]
+    parts = [(result, mask) for result, mask in parts if mask.any()]
     if len(parts) == 1:
-        res, m = parts[0]
-        return summarize(res, ver, sched.stochastic, L, m)
-    from speccheck.sampler.core import EventLog, SamplerResult
-    # concatenate results of the chunks (events' traj ids offset)
-    off, evs = 0, []
-    for res, m in parts:
-        e = res.events
-        evs.append(EventLog(**{k: (getattr(e, k) + off if k == "traj" else getattr(e, k))
-                               for k in EventLog.__dataclass_fields__}))
-        off += res.nfe.numel()
-    cat = lambda name: torch.cat([getattr(r, name) for r, _ in parts])  # noqa: E731
-    merged = SamplerResult(x=cat("x"), nfe=cat("nfe"), root_calls=cat("root_calls"), det_calls=cat("det_calls"),
-                           rounds=cat("rounds"), n_accepted=cat("n_accepted"), n_verified=cat("n_verified"),
-                           commit_depth=cat("commit_depth"),
-                           events=EventLog(**{k: np.concatenate([getattr(e, k) for e in evs])
-                                              for k in EventLog.__dataclass_fields__}),
-                           n_stochastic=parts[0][0].n_stochastic, batch_calls=sum(r.batch_calls for r, _ in parts),
-                           lazy_eval_calls=0, protocol=parts[0][0].protocol)
-    return summarize(merged, ver, sched.stochastic, L, np.concatenate([m for _, m in parts]))
+        result, mask = parts[0]
+        return summarize(result, rule, schedule.stochastic, L, mask)
+    merged = _merge_results([result for result, _ in parts])
+    return summarize(merged, rule, schedule.stochastic, L, np.concatenate([mask for _, mask in parts]))
+
+
+def _merge_results(results: list[SamplerResult]) -> SamplerResult:
+    """The results of consecutive trajectory chunks as one (event trajectory ids offset)."""
+    offsets = np.cumsum([0] + [result.nfe.numel() for result in results[:-1]])
+
+    def events(name: str) -> np.ndarray:
+        return np.concatenate([getattr(result.events, name) + int(offset) if name == "traj"
+                               else getattr(result.events, name) for result, offset in zip(results, offsets)])
+
+    def joined(name: str) -> torch.Tensor:
+        return torch.cat([getattr(result, name) for result in results])
+
+    return SamplerResult(x=joined("x"), nfe=joined("nfe"), root_calls=joined("root_calls"),
+                         det_calls=joined("det_calls"), rounds=joined("rounds"), n_accepted=joined("n_accepted"),
+                         n_verified=joined("n_verified"), commit_depth=joined("commit_depth"),
+                         events=EventLog(**{name: events(name) for name in EventLog.__dataclass_fields__}),
+                         n_stochastic=results[0].n_stochastic, batch_calls=sum(r.batch_calls for r in results),
+                         lazy_eval_calls=0, protocol=results[0].protocol)
 
 
 def speedup_run(proto: Protocol, verifier: str, K: int, L: int, n_traj: int, seed: int) -> dict:

@@ -13,6 +13,12 @@ from typing import Sequence
 
 import numpy as np
 
+from speccheck.errors import InputError
+
+MAX_TREE_NODES = 1_000_000
+"""Largest tree (|V|, root included) built; larger ones are refused before any allocation
+(a (K, L) tree has sum_{l <= L} K^l nodes: K = 7, L = 7 has 960 800)."""
+
 
 @dataclass(frozen=True, eq=False)
 class DraftTree:
@@ -31,11 +37,13 @@ class DraftTree:
 
     def __post_init__(self) -> None:
         par = np.asarray(self.parent, dtype=np.int64)
+        if par.size > MAX_TREE_NODES:
+            raise InputError(f"parent: a tree of {par.size} nodes exceeds MAX_TREE_NODES = {MAX_TREE_NODES}")
         if par.ndim != 1 or par.size < 1 or par[0] != -1:
-            raise ValueError("parent must be a 1-d int array with parent[0] = -1 (the root)")
+            raise InputError("parent must be a 1-d int array with parent[0] = -1 (the root)")
         V = par.size
         if np.any(par[1:] < 0) or np.any(par[1:] >= V):
-            raise ValueError(f"parent entries must be node ids in [0, {V}), got {par.tolist()}")
+            raise InputError(f"parent entries must be node ids in [0, {V}), got {par.tolist()}")
         depth = np.full(V, -1, dtype=np.int64)
         depth[0] = 0
         # depth by repeated relaxation; a cycle leaves depth -1
@@ -46,7 +54,7 @@ class DraftTree:
                 break
             depth[upd] = depth[par[upd]] + 1
         if np.any(depth < 0):
-            raise ValueError("parent map is not a rooted tree (cycle or unreachable node)")
+            raise InputError("parent map is not a rooted tree (cycle or unreachable node)")
         # canonical order: by (depth, parent's new index, old index)
         new_of = np.full(V, -1, dtype=np.int64)
         new_of[0] = 0
@@ -77,6 +85,7 @@ class DraftTree:
     # ------------------------------------------------------------------ sizes
     @property
     def L(self) -> int:
+        """Depth of the tree (the deepest layer)."""
         return len(self.layers) - 1
 
     @property
@@ -104,22 +113,25 @@ class DraftTree:
 
     @property
     def max_K(self) -> int:
+        """Largest number of children of a node (0 for the root alone)."""
         return int(self.n_children.max()) if self.n_nodes > 1 else 0
 
     # ------------------------------------------------------------------ operations
     def truncate(self, m: int) -> "DraftTree":
         """T|_m: the subtree induced by nodes of depth <= m (cached)."""
         if m < 0:
-            raise ValueError(f"truncation depth must be >= 0, got {m}")
+            raise InputError(f"truncation depth must be >= 0, got {m}")
         if m >= self.L:
             return self
         return _truncate_cached(self, int(m))
 
     def children(self, u: int) -> np.ndarray:
+        """Node ids of the children of node u (contiguous)."""
         f = self.first_child[u]
         return np.arange(f, f + self.n_children[u]) if f >= 0 else np.empty(0, dtype=np.int64)
 
     def describe(self) -> dict:
+        """Name and sizes (recorded with results)."""
         return {"tree": self.name, "L": self.L, "V": self.n_nodes, "I": self.n_internal,
                 "B": self.budget, "widths": self.widths()}
 
@@ -130,12 +142,35 @@ def _truncate_cached(tree: DraftTree, m: int) -> DraftTree:
     return DraftTree(tree.parent[:keep], name=f"{tree.name}|{m}")
 
 
+def tree_size(widths: Sequence[int]) -> int:
+    """|V| of the tree whose depth-l nodes each have widths[l - 1] children: 1 + w_1 + w_1 w_2 + ...
+    (stops counting once past MAX_TREE_NODES, so it is cheap for any input)."""
+    total, layer = 1, 1
+    for width in widths:
+        layer *= int(width)
+        total += layer
+        if total > MAX_TREE_NODES:
+            return total
+    return total
+
+
+def _check_count(value: object, name: str) -> int:
+    """An integer >= 1 (bools and non-integral floats refused), named in the message."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise InputError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 def _from_widths(widths: Sequence[int], name: str) -> DraftTree:
+    for width in widths:
+        _check_count(width, "every tree width")
+    nodes = tree_size(widths)
+    if nodes > MAX_TREE_NODES:
+        raise InputError(f"tree {name} has more than {MAX_TREE_NODES} nodes (MAX_TREE_NODES); choose a smaller "
+                         "K or L")
     parts = [np.array([-1], dtype=np.int64)]
     n_prev, off_prev, count = 1, 0, 1
     for w in widths:
-        if int(w) < 1:
-            raise ValueError(f"every width must be >= 1, got {list(widths)}")
         n_cur = n_prev * int(w)
         parts.append(off_prev + np.arange(n_cur, dtype=np.int64) // int(w))
         off_prev, n_prev = count, n_cur
@@ -146,33 +181,31 @@ def _from_widths(widths: Sequence[int], name: str) -> DraftTree:
 @lru_cache(maxsize=64)
 def uniform_tree(K: int, L: int) -> DraftTree:
     """Every node of depth < L has K children: |I| = sum_{l<L} K^l, |V| = sum_{l<=L} K^l."""
-    if int(K) < 1:
-        raise ValueError(f"K must be >= 1, got {K!r}")
-    if int(L) < 1:
-        raise ValueError(f"L must be >= 1, got {L!r}")
+    K, L = _check_count(K, "K"), _check_count(L, "L")
     return _from_widths([K] * L, f"uniform(K={K},L={L})")
 
 
 @lru_cache(maxsize=64)
 def chain(L: int) -> DraftTree:
     """A chain of L drafted states (K = 1)."""
-    return _from_widths([1] * int(L), f"chain(L={L})") if int(L) >= 1 else uniform_tree(1, L)
+    L = _check_count(L, "L")
+    return _from_widths([1] * L, f"chain(L={L})")
 
 
 def widths_tree(widths: Sequence[int]) -> DraftTree:
     """Depth-dependent widths: every node of depth l - 1 has widths[l - 1] children."""
     if len(widths) < 1:
-        raise ValueError("widths must be non-empty")
+        raise InputError("widths must be non-empty")
     return _from_widths(widths, f"widths({','.join(map(str, widths))})")
 
 
-def pruned_tree(tree: DraftTree, keep) -> DraftTree:
+def pruned_tree(tree: DraftTree, keep: Sequence[int] | np.ndarray | int) -> DraftTree:
     """Keep the nodes in ``keep`` (ids of ``tree``; the root and each kept node's ancestors
     are added), dropping the rest."""
     keep = set(int(v) for v in np.atleast_1d(keep)) | {0}
     for v in list(keep):
         if v < 0 or v >= tree.n_nodes:
-            raise ValueError(f"node id {v} out of range [0, {tree.n_nodes})")
+            raise InputError(f"node id {v} out of range [0, {tree.n_nodes})")
         while v > 0:
             v = int(tree.parent[v])
             keep.add(v)
@@ -190,4 +223,4 @@ def chain_matched(tree: DraftTree, match: str, leaves: bool) -> DraftTree:
     if match == "rows":
         r = tree.rows(leaves)
         return chain(max(r - 1, 1) if leaves else max(r, 1))
-    raise ValueError(f"chain match must be 'budget' or 'rows', got {match!r}")
+    raise InputError(f"chain match must be 'budget' or 'rows', got {match!r}")

@@ -12,6 +12,8 @@ from typing import Optional, Protocol, runtime_checkable
 
 import torch
 
+from speccheck.errors import InputError
+
 
 @runtime_checkable
 class VelocityModel(Protocol):
@@ -25,6 +27,17 @@ class VelocityModel(Protocol):
         """v_t(x) for rows x: [R, *state_shape], t: [R] in (0, 1], cond: [R] (class label or
         prompt index per row, or None). Returns [R, *state_shape]."""
         ...
+
+
+def check_rows(x: torch.Tensor, t: torch.Tensor, state_shape: tuple[int, ...], *, t_in_unit: bool = False) -> None:
+    """Inputs of one velocity call: x [R, *state_shape], t [R] (and, if ``t_in_unit``, every t in
+    (0, 1]: one host sync). InputError naming x or t otherwise."""
+    if tuple(x.shape[1:]) != tuple(state_shape):
+        raise InputError(f"x must have shape [R, {', '.join(map(str, state_shape))}], got {tuple(x.shape)}")
+    if t.shape != (x.shape[0],):
+        raise InputError(f"t must have shape [{x.shape[0]}], got {tuple(t.shape)}")
+    if t_in_unit and not bool(torch.all((t > 0) & (t <= 1))):
+        raise InputError(f"t must lie in (0, 1], got t in [{t.min().item()}, {t.max().item()}]")
 
 
 def denoised_from_velocity(x: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

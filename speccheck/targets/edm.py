@@ -32,6 +32,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from speccheck.errors import FileFormatError, InputError, LoadError
+from speccheck.targets.base import check_rows
+
 SIGMA_DATA = 0.5
 VARSIGMA_MIN = 1e-3
 VARSIGMA_MAX = 80.0
@@ -88,7 +91,7 @@ class EDMPrecond(nn.Module):
         c_skip, c_out, c_in, c_noise = edm_coefficients(sigma, self.sigma_data)
         bshape = (-1,) + (1,) * (x.dim() - 1)
         if self.label_dim and class_labels is None:
-            raise ValueError(f"class_labels required for a class-conditional denoiser (label_dim={self.label_dim})")
+            raise InputError(f"class_labels required for a class-conditional denoiser (label_dim={self.label_dim})")
         f = self.net(c_in.reshape(bshape) * x, c_noise, class_labels if self.label_dim else None)
         return c_skip.reshape(bshape) * x + c_out.reshape(bshape) * f
 
@@ -156,13 +159,14 @@ class EDMTarget:
     ) -> None:
         shape = state_shape if state_shape is not None else _state_shape(denoiser)
         if shape is None:
-            raise ValueError("state_shape must be given for a denoiser without state_shape/img_resolution")
+            raise InputError("state_shape must be given for a denoiser without state_shape/img_resolution")
         if not 0 < varsigma_min < varsigma_max:
-            raise ValueError(f"need 0 < varsigma_min < varsigma_max, got {varsigma_min}, {varsigma_max}")
+            raise InputError(f"need 0 < varsigma_min < varsigma_max, got {varsigma_min}, {varsigma_max}")
         self.state_shape = tuple(int(s) for s in shape)
         self.label_dim = _label_dim(denoiser) if label_dim is None else int(label_dim)
         p = next(iter(denoiser.parameters()), None)
-        self.device = torch.device(device) if device is not None else (p.device if p is not None else torch.device("cpu"))
+        default_device = p.device if p is not None else torch.device("cpu")
+        self.device = torch.device(device) if device is not None else default_device
         self.dtype = dtype if dtype is not None else (p.dtype if p is not None else torch.float32)
         self.denoiser = denoiser.to(self.device).eval()
         self.max_rows = max_rows
@@ -176,19 +180,16 @@ class EDMTarget:
         return ratio.clamp(self.varsigma_min, self.varsigma_max)
 
     def _check(self, x: torch.Tensor, t: torch.Tensor, cond: Optional[torch.Tensor]) -> None:
-        if tuple(x.shape[1:]) != self.state_shape:
-            raise ValueError(f"x must have shape [R, {', '.join(map(str, self.state_shape))}], got {tuple(x.shape)}")
-        if t.shape != (x.shape[0],):
-            raise ValueError(f"t must have shape [{x.shape[0]}], got {tuple(t.shape)}")
-        if not torch.all((t > 0) & (t <= 1)):
-            raise ValueError(f"t must lie in (0, 1], got t in [{t.min().item()}, {t.max().item()}]")
+        check_rows(x, t, self.state_shape, t_in_unit=True)
         if self.label_dim:
             if cond is None:
-                raise ValueError(f"cond (class labels) required: the denoiser is class-conditional (label_dim={self.label_dim})")
+                raise InputError(f"cond (class labels) required: the denoiser is class-conditional "
+                                 f"(label_dim={self.label_dim})")
             if cond.shape != (x.shape[0],):
-                raise ValueError(f"cond must have shape [{x.shape[0]}], got {tuple(cond.shape)}")
+                raise InputError(f"cond must have shape [{x.shape[0]}], got {tuple(cond.shape)}")
             if cond.min() < 0 or cond.max() >= self.label_dim:
-                raise ValueError(f"cond labels must lie in [0, {self.label_dim}), got [{int(cond.min())}, {int(cond.max())}]")
+                raise InputError(f"cond labels must lie in [0, {self.label_dim}), "
+                                 f"got [{int(cond.min())}, {int(cond.max())}]")
 
     @torch.no_grad()
     def denoise(self, y: torch.Tensor, varsigma: torch.Tensor, cond: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -239,7 +240,7 @@ def _unpickle_edm(path: str) -> Any:
 def build_arch(arch: str, config: dict) -> nn.Module:
     """Instantiate speccheck's own denoiser ``arch`` (a key of the registry) from ``config``."""
     if arch not in _ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; known: {sorted(_ARCHS)}")
+        raise InputError(f"unknown arch {arch!r}; known: {sorted(_ARCHS)}")
     mod, attr = _ARCHS[arch].split(":")
     return getattr(importlib.import_module(mod), attr).from_config(config)
 
@@ -252,10 +253,10 @@ def load_edm_denoiser(path: str, map_location: str | torch.device = "cpu") -> nn
     - an EDM release pickle: a dict whose ``'ema'`` entry is the network (the public EDM
       checkpoints). Unpickling runs code: load only trusted files. Raises
       :class:`EDMCodeMissingError` when the module the pickle refers to is not importable.
-    Raises ValueError for a missing file or an unrecognised content.
+    Raises LoadError for a missing file, FileFormatError for an unrecognised content.
     """
     if path is None or not os.path.isfile(path):
-        raise ValueError(f"weights file not found: weights={path!r}")
+        raise LoadError(f"weights file not found: weights={path!r}")
     if zipfile.is_zipfile(path):
         obj = torch.load(path, map_location=map_location, weights_only=True)
         if isinstance(obj, dict) and "state_dict" in obj and "arch" in obj:
@@ -268,21 +269,21 @@ def load_edm_denoiser(path: str, map_location: str | torch.device = "cpu") -> nn
             try:
                 net.load_state_dict(obj)
             except RuntimeError as exc:
-                raise ValueError(
+                raise FileFormatError(
                     f"{path!r} is a bare state dict that does not fit the default digits-mlp network "
                     f"(save {{'arch', 'config', 'state_dict'}} instead): {str(exc).splitlines()[0]}"
                 ) from exc
             return net.to(map_location).eval()
-        raise ValueError(
+        raise FileFormatError(
             f"{path!r} is a torch file but not a speccheck checkpoint (expected keys 'arch', 'config', 'state_dict')"
         )
     obj = _unpickle_edm(path)
     if isinstance(obj, dict):
         if "ema" not in obj:
-            raise ValueError(f"EDM pickle {path!r} has no 'ema' entry (keys: {sorted(map(str, obj))})")
+            raise FileFormatError(f"EDM pickle {path!r} has no 'ema' entry (keys: {sorted(map(str, obj))})")
         obj = obj["ema"]
     if not isinstance(obj, nn.Module):
-        raise ValueError(f"EDM pickle {path!r} does not hold a torch module (got {type(obj).__name__})")
+        raise FileFormatError(f"EDM pickle {path!r} does not hold a torch module (got {type(obj).__name__})")
     return obj.to(map_location).eval()
 
 
@@ -317,18 +318,19 @@ def edm_preset_target(
 ) -> tuple[EDMTarget, EDMPreset]:
     """(target, preset) for ``edm-cifar10`` / ``edm-ffhq``; ``weights`` (the release pickle) is required."""
     if name not in EDM_PRESETS:
-        raise ValueError(f"unknown EDM preset {name!r}; known: {sorted(EDM_PRESETS)}")
+        raise InputError(f"unknown EDM preset {name!r}; known: {sorted(EDM_PRESETS)}")
     preset = EDM_PRESETS[name]
     if not weights:
-        raise ValueError(
+        raise InputError(
             f"model {name!r} needs --weights PATH (the EDM release pickle, e.g. {preset.notes.split(' ')[0]}); "
             "no weights can be downloaded by speccheck"
         )
     net = load_edm_denoiser(weights, map_location=device)
-    target = EDMTarget(net, state_shape=preset.state_shape, label_dim=preset.label_dim, device=device, max_rows=max_rows)
+    target = EDMTarget(net, state_shape=preset.state_shape, label_dim=preset.label_dim, device=device,
+                       max_rows=max_rows)
     shape = _state_shape(net)
     if shape is not None and shape != preset.state_shape:
-        raise ValueError(f"weights {weights!r} have state shape {shape}, preset {name!r} expects {preset.state_shape}")
+        raise InputError(f"weights {weights!r} have state shape {shape}, preset {name!r} expects {preset.state_shape}")
     return target, preset
 
 

@@ -13,6 +13,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
+from speccheck.errors import InputError
+from speccheck.targets.base import check_rows
 from speccheck.targets.schedules import Schedule
 
 
@@ -22,9 +24,9 @@ class GaussianData:
     def __init__(self, m, c: float, dtype: torch.dtype = torch.float64):
         m = torch.as_tensor(np.asarray(m, dtype=np.float64), dtype=dtype)
         if m.dim() != 1:
-            raise ValueError(f"m must be a vector, got shape {tuple(m.shape)}")
+            raise InputError(f"m must be a vector, got shape {tuple(m.shape)}")
         if not np.isfinite(c) or c <= 0:
-            raise ValueError(f"c must be > 0, got {c!r}")
+            raise InputError(f"c must be > 0, got {c!r}")
         self.m = m
         self.c = float(c)
         self.state_shape = (int(m.numel()),)
@@ -37,7 +39,7 @@ class GaussianData:
 
     def velocity(self, x: torch.Tensor, t: torch.Tensor, cond: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x: [R, d], t: [R] -> [R, d]."""
-        _check_rows(x, t, self.state_shape)
+        check_rows(x, t, self.state_shape)
         t = t.to(x.dtype).reshape(-1, 1)
         m = self.m.to(x)
         return self.slope(t) * (x - (1 - t) * m) - m
@@ -60,7 +62,7 @@ class ChainLaw(NamedTuple):
 def chain_law(schedule: Schedule, target: GaussianData, init_mean: float = 0.0, init_var: float = 1.0) -> ChainLaw:
     """Exact law of the discretised sampler (deterministic steps as Euler, sigma_n = 0)."""
     if init_var < 0:
-        raise ValueError(f"init_var must be >= 0, got {init_var}")
+        raise InputError(f"init_var must be >= 0, got {init_var}")
     m = target.m.double().numpy()
     d = m.size
     N = schedule.N
@@ -81,10 +83,3 @@ def chain_law(schedule: Schedule, target: GaussianData, init_mean: float = 0.0, 
         var[n + 1] = gain[n] ** 2 * var[n] + s**2
         cov_next[n] = gain[n] * var[n]
     return ChainLaw(mean, var, gain, offset, cov_next)
-
-
-def _check_rows(x: torch.Tensor, t: torch.Tensor, shape: tuple) -> None:
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise ValueError(f"x must have shape [R, {', '.join(map(str, shape))}], got {tuple(x.shape)}")
-    if t.shape != (x.shape[0],):
-        raise ValueError(f"t must have shape [{x.shape[0]}], got {tuple(t.shape)}")

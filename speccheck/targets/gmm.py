@@ -14,9 +14,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from speccheck.targets.gaussian import _check_rows
+from speccheck.errors import InputError
+from speccheck.targets.base import check_rows
 
 PAPER_SEED = 20260714
+GMM_PRESETS = ("gmm-paper", "gmm-d512")
 
 
 class GaussianMixture:
@@ -27,13 +29,13 @@ class GaussianMixture:
         means = np.asarray(means, dtype=np.float64)
         stds = np.asarray(stds, dtype=np.float64)
         if means.ndim != 2:
-            raise ValueError(f"means must have shape (C, d), got {means.shape}")
+            raise InputError(f"means must have shape (C, d), got {means.shape}")
         C, d = means.shape
         if stds.shape != (C,) or np.any(~np.isfinite(stds)) or np.any(stds <= 0):
-            raise ValueError(f"stds must be {C} positive numbers, got {stds}")
+            raise InputError(f"stds must be {C} positive numbers, got {stds}")
         weights = np.full(C, 1.0 / C) if weights is None else np.asarray(weights, dtype=np.float64)
         if weights.shape != (C,) or np.any(weights <= 0) or abs(weights.sum() - 1) > 1e-9:
-            raise ValueError(f"weights must be {C} positive numbers summing to 1, got {weights}")
+            raise InputError(f"weights must be {C} positive numbers summing to 1, got {weights}")
         self.means = torch.as_tensor(means, dtype=dtype)
         self.stds = torch.as_tensor(stds, dtype=dtype)
         self.log_w = torch.as_tensor(np.log(weights), dtype=dtype)
@@ -50,7 +52,7 @@ class GaussianMixture:
 
     def velocity(self, x: torch.Tensor, t: torch.Tensor, cond: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x: [R, d], t: [R] in (0, 1] -> v_t(x): [R, d]. Rows are processed in chunks."""
-        _check_rows(x, t, self.state_shape)
+        check_rows(x, t, self.state_shape)
         if x.shape[0] <= self.chunk_rows:
             return self._velocity(x, t)
         return torch.cat([self._velocity(xc, tc) for xc, tc in
@@ -87,7 +89,7 @@ def draw_mixture(d: int, seed: int, n_components: int = 5, mean_range: float = 2
     """The paper's random mixture: numpy default_rng(seed); means ~ U([-r, r]^d) drawn first
     (shape (C, d)), then stds ~ U(std_range) (shape (C,)); equal weights."""
     if d < 1 or n_components < 1:
-        raise ValueError(f"need d >= 1 and n_components >= 1, got d={d}, n_components={n_components}")
+        raise InputError(f"need d >= 1 and n_components >= 1, got d={d}, n_components={n_components}")
     rng = np.random.default_rng(seed)
     means = rng.uniform(-mean_range, mean_range, size=(n_components, d))
     stds = rng.uniform(std_range[0], std_range[1], size=n_components)
@@ -101,4 +103,4 @@ def gmm_preset(name: str) -> GaussianMixture:
         return draw_mixture(500, PAPER_SEED, name=name)
     if name == "gmm-d512":
         return draw_mixture(512, PAPER_SEED, name=name)
-    raise ValueError(f"unknown mixture preset {name!r}; choose 'gmm-paper' or 'gmm-d512'")
+    raise InputError(f"unknown mixture preset {name!r}; choose 'gmm-paper' or 'gmm-d512'")

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from speccheck.errors import InputError
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -40,15 +42,15 @@ class Schedule:
     def __post_init__(self) -> None:
         t = np.asarray(self.t, dtype=np.float64)
         if t.ndim != 1 or t.size < 2:
-            raise ValueError(f"t must be a 1-d grid with at least 2 points, got shape {t.shape}")
+            raise InputError(f"t must be a 1-d grid with at least 2 points, got shape {t.shape}")
         if not np.all(np.isfinite(t)) or t.min() < 0.0 or t.max() > 1.0:
-            raise ValueError(f"t must lie in [0, 1], got range [{t.min()}, {t.max()}]")
+            raise InputError(f"t must lie in [0, 1], got range [{t.min()}, {t.max()}]")
         gamma = t[:-1] - t[1:]
         if np.any(gamma <= 0):
-            raise ValueError("t must be strictly decreasing (gamma_n = t_n - t_{n+1} > 0)")
+            raise InputError("t must be strictly decreasing (gamma_n = t_n - t_{n+1} > 0)")
         eps = float(self.eps)
         if not np.isfinite(eps) or eps < 0.0 or eps > 1.0:
-            raise ValueError(f"eps must be in [0, 1], got {self.eps!r}")
+            raise InputError(f"eps must be in [0, 1], got {self.eps!r}")
         tn = t[:-1]
         stoch = (eps > 0) & (tn < 1.0)
         if self.deterministic_terminal:
@@ -106,7 +108,7 @@ class Schedule:
 def shift_times(t: np.ndarray, k: float) -> np.ndarray:
     """Timestep shift t -> k t / (1 + (k - 1) t) (SD3 uses k = 3); k = 1 is the identity."""
     if not np.isfinite(k) or k <= 0:
-        raise ValueError(f"shift k must be > 0, got {k!r}")
+        raise InputError(f"shift k must be > 0, got {k!r}")
     t = np.asarray(t, dtype=np.float64)
     return k * t / (1.0 + (k - 1.0) * t)
 
@@ -116,7 +118,7 @@ def uniform(N: int, eps: float, t_start: float = 0.999, t_end: float = 0.001) ->
     so every step is stochastic when eps > 0)."""
     _check_N(N)
     if not (0.0 <= t_end < t_start <= 1.0):
-        raise ValueError(f"need 0 <= t_end < t_start <= 1, got t_start={t_start}, t_end={t_end}")
+        raise InputError(f"need 0 <= t_end < t_start <= 1, got t_start={t_start}, t_end={t_end}")
     return Schedule(np.linspace(t_start, t_end, N + 1), eps, f"uniform[{t_start},{t_end}]")
 
 
@@ -144,21 +146,24 @@ def edm(N: int, eps: float, sigma_min: float = 0.002, sigma_max: float = 80.0, r
     i = 0..N-1, mapped to t = varsigma / (1 + varsigma), plus a terminal t = 0."""
     _check_N(N)
     if not (0 < sigma_min < sigma_max) or rho <= 0:
-        raise ValueError(f"need 0 < sigma_min < sigma_max and rho > 0, got {sigma_min}, {sigma_max}, {rho}")
+        raise InputError(f"need 0 < sigma_min < sigma_max and rho > 0, got {sigma_min}, {sigma_max}, {rho}")
     i = np.arange(N, dtype=np.float64) / max(N - 1, 1)
     vs = (sigma_max ** (1 / rho) + i * (sigma_min ** (1 / rho) - sigma_max ** (1 / rho))) ** rho
     t = vs / (1.0 + vs)
     return Schedule(np.append(t, 0.0), eps, f"edm(rho={rho})")
 
 
-def make_schedule(kind: str, N: int, eps: float, **kw) -> Schedule:
+GRIDS = ("uniform", "shifted", "flow", "edm")
+
+
+def make_schedule(kind: str, N: int, eps: float, **kw: float) -> Schedule:
     """By name: 'uniform', 'shifted' (kw k), 'flow' (kw shift), 'edm'."""
     table = {"uniform": uniform, "shifted": shifted, "flow": flow_matching, "edm": edm}
     if kind not in table:
-        raise ValueError(f"unknown grid {kind!r}; choose from {sorted(table)}")
+        raise InputError(f"unknown grid {kind!r}; choose from {sorted(table)}")
     return table[kind](N, eps, **kw)
 
 
 def _check_N(N: int) -> None:
     if not isinstance(N, (int, np.integer)) or N < 1:
-        raise ValueError(f"N must be an integer >= 1, got {N!r}")
+        raise InputError(f"N must be an integer >= 1, got {N!r}")

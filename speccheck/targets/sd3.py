@@ -21,6 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from speccheck.errors import FileFormatError, InputError, LoadError
+from speccheck.targets.base import check_rows
+
 #: prompts used by the sd35-medium preset when none are given (written for speccheck)
 DEFAULT_PROMPTS = (
     "a red bicycle leaning against a brick wall",
@@ -34,10 +37,10 @@ DEFAULT_PROMPTS = (
 )
 
 
-def shift_time(t, k: float):
+def shift_time(t: float | np.ndarray | torch.Tensor, k: float) -> float | np.ndarray | torch.Tensor:
     """t -> k t / (1 + (k - 1) t) (SD3 timestep shift, k = 3 for 512x512); works on floats, arrays, tensors."""
     if not np.isfinite(k) or k <= 0:
-        raise ValueError(f"shift k must be > 0, got k={k!r}")
+        raise InputError(f"shift k must be > 0, got k={k!r}")
     return k * t / (1 + (k - 1) * t)
 
 
@@ -46,7 +49,7 @@ def diffusers_flow_grid(N: int, shift: float = 1.0, num_train_timesteps: int = 1
     uses after set_timesteps(N): t_max = 1, t_min = shift(1/num_train_timesteps); linspace between
     them in timestep units; shift applied again; append 0."""
     if not isinstance(N, (int, np.integer)) or N < 1:
-        raise ValueError(f"N must be an integer >= 1, got N={N!r}")
+        raise InputError(f"N must be an integer >= 1, got N={N!r}")
     t_min = float(shift_time(1.0 / num_train_timesteps, shift))
     base = np.linspace(1.0 * num_train_timesteps, t_min * num_train_timesteps, N) / num_train_timesteps
     return np.append(shift_time(base, shift), 0.0)
@@ -77,24 +80,27 @@ class SD3Target:
         max_rows: Optional[int] = None,
     ) -> None:
         if not np.isfinite(guidance_scale):
-            raise ValueError(f"guidance_scale must be finite, got {guidance_scale!r}")
-        if prompt_embeds.dim() != 3 or pooled_prompt_embeds.dim() != 2 or prompt_embeds.shape[0] != pooled_prompt_embeds.shape[0]:
-            raise ValueError(
+            raise InputError(f"guidance_scale must be finite, got {guidance_scale!r}")
+        if (prompt_embeds.dim() != 3 or pooled_prompt_embeds.dim() != 2
+                or prompt_embeds.shape[0] != pooled_prompt_embeds.shape[0]):
+            raise InputError(
                 f"prompt_embeds must be [Np, S, D] and pooled_prompt_embeds [Np, P] with the same Np, got "
                 f"{tuple(prompt_embeds.shape)} and {tuple(pooled_prompt_embeds.shape)}"
             )
         self.guidance_scale = float(guidance_scale)
         self.cfg = self.guidance_scale != 1.0
         if self.cfg and (negative_prompt_embeds is None or negative_pooled_prompt_embeds is None):
-            raise ValueError("negative_prompt_embeds and negative_pooled_prompt_embeds are required when guidance_scale != 1")
+            raise InputError("negative_prompt_embeds and negative_pooled_prompt_embeds are required when "
+                             "guidance_scale != 1")
         p = next(iter(transformer.parameters()), None)
-        self.device = torch.device(device) if device is not None else (p.device if p is not None else torch.device("cpu"))
+        default_device = p.device if p is not None else torch.device("cpu")
+        self.device = torch.device(device) if device is not None else default_device
         self.dtype = dtype if dtype is not None else (p.dtype if p is not None else torch.float32)
         self.transformer = transformer.to(self.device).eval()
         cfg = getattr(transformer, "config", None)
         if state_shape is None:
             if cfg is None:
-                raise ValueError("state_shape must be given for a transformer without a diffusers config")
+                raise InputError("state_shape must be given for a transformer without a diffusers config")
             state_shape = (int(cfg.in_channels), int(cfg.sample_size), int(cfg.sample_size))
         self.state_shape = tuple(int(s) for s in state_shape)
         self.n_prompts = int(prompt_embeds.shape[0])
@@ -105,9 +111,11 @@ class SD3Target:
             neg, negp = negative_prompt_embeds, negative_pooled_prompt_embeds
             neg = neg[None] if neg.dim() == 2 else neg
             negp = negp[None] if negp.dim() == 1 else negp
-            if neg.shape[0] not in (1, self.n_prompts) or neg.shape[1:] != prompt_embeds.shape[1:] or negp.shape[0] != neg.shape[0]:
-                raise ValueError(
-                    f"negative embeddings {tuple(negative_prompt_embeds.shape)}, {tuple(negative_pooled_prompt_embeds.shape)} "
+            if (neg.shape[0] not in (1, self.n_prompts) or neg.shape[1:] != prompt_embeds.shape[1:]
+                    or negp.shape[0] != neg.shape[0]):
+                raise InputError(
+                    f"negative embeddings {tuple(negative_prompt_embeds.shape)}, "
+                    f"{tuple(negative_pooled_prompt_embeds.shape)} "
                     f"do not match prompt embeddings {tuple(prompt_embeds.shape)}"
                 )
             self.neg = neg.to(self.device, self.dtype)
@@ -115,20 +123,16 @@ class SD3Target:
         self.max_rows = max_rows
 
     def _check(self, x: torch.Tensor, t: torch.Tensor, cond: Optional[torch.Tensor]) -> torch.Tensor:
-        if tuple(x.shape[1:]) != self.state_shape:
-            raise ValueError(f"x must have shape [R, {', '.join(map(str, self.state_shape))}], got {tuple(x.shape)}")
-        if t.shape != (x.shape[0],):
-            raise ValueError(f"t must have shape [{x.shape[0]}], got {tuple(t.shape)}")
-        if not torch.all((t > 0) & (t <= 1)):
-            raise ValueError(f"t must lie in (0, 1], got [{t.min().item()}, {t.max().item()}]")
+        check_rows(x, t, self.state_shape, t_in_unit=True)
         if cond is None:
             if self.n_prompts != 1:
-                raise ValueError(f"cond (prompt index per row) required with {self.n_prompts} prompts")
+                raise InputError(f"cond (prompt index per row) required with {self.n_prompts} prompts")
             return torch.zeros(x.shape[0], dtype=torch.long, device=self.device)
         if cond.shape != (x.shape[0],):
-            raise ValueError(f"cond must have shape [{x.shape[0]}], got {tuple(cond.shape)}")
+            raise InputError(f"cond must have shape [{x.shape[0]}], got {tuple(cond.shape)}")
         if cond.min() < 0 or cond.max() >= self.n_prompts:
-            raise ValueError(f"cond must index prompts in [0, {self.n_prompts}), got [{int(cond.min())}, {int(cond.max())}]")
+            raise InputError(f"cond must index prompts in [0, {self.n_prompts}), "
+                             f"got [{int(cond.min())}, {int(cond.max())}]")
         return cond.to(self.device).long()
 
     def _forward(self, x: torch.Tensor, t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -165,16 +169,17 @@ class SD3Target:
 # --------------------------------------------------------------------------- loading
 def _require_dir(weights: Optional[str], model: str) -> str:
     if not weights:
-        raise ValueError(
+        raise InputError(
             f"model {model!r} needs --weights DIR (a local diffusers directory of "
             "stabilityai/stable-diffusion-3.5-medium); no weights can be downloaded by speccheck"
         )
     if not os.path.isdir(weights):
-        raise ValueError(f"weights directory not found: weights={weights!r}")
+        raise LoadError(f"weights directory not found: weights={weights!r}")
     return weights
 
 
-def load_sd3_transformer(weights: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_sd3_transformer(weights: str, device: str | torch.device = "cpu",
+                         dtype: torch.dtype = torch.float32) -> nn.Module:
     """SD3Transformer2DModel from a diffusers pipeline directory (``transformer/`` subfolder) or a model directory."""
     from diffusers import SD3Transformer2DModel
 
@@ -188,11 +193,11 @@ def load_prompt_embeddings(path: str) -> dict[str, torch.Tensor]:
     """Precomputed embeddings saved with torch.save: keys prompt_embeds [Np,S,D],
     pooled_prompt_embeds [Np,P], negative_prompt_embeds, negative_pooled_prompt_embeds."""
     if not os.path.isfile(path):
-        raise ValueError(f"prompt embeddings file not found: embeddings={path!r}")
+        raise LoadError(f"prompt embeddings file not found: embeddings={path!r}")
     obj = torch.load(path, map_location="cpu", weights_only=True)
     need = ("prompt_embeds", "pooled_prompt_embeds")
     if not isinstance(obj, dict) or any(k not in obj for k in need):
-        raise ValueError(f"{path!r} must hold a dict with keys {need} (+ negative_* for guidance)")
+        raise FileFormatError(f"{path!r} must hold a dict with keys {need} (+ negative_* for guidance)")
     return obj
 
 

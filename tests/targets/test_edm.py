@@ -230,7 +230,8 @@ def test_edm_pickle_round_trip_and_missing_code(tmp_path, monkeypatch):
     t = torch.tensor([0.2, 0.4, 0.6, 0.8])
     labels = torch.tensor([0, 2, 1, 0])
     vs = t / (1 - t)
-    expect = (x - net((1 + vs)[:, None, None, None] * x, vs, nn.functional.one_hot(labels, 3).float())) / t[:, None, None, None]
+    denoised = net((1 + vs)[:, None, None, None] * x, vs, nn.functional.one_hot(labels, 3).float())
+    expect = (x - denoised) / t[:, None, None, None]
     torch.testing.assert_close(target.velocity(x, t, labels), expect.detach())
     _forget(monkeypatch, tmp_path, "speccheck_fake_edm_code")
     with pytest.raises(EDMCodeMissingError, match="speccheck_fake_edm_code"):

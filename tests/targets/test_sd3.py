@@ -72,13 +72,15 @@ def test_guidance_is_one_batched_call():
     v = target.velocity(x, t, cond)
     assert calls == [10]                      # cond + uncond rows of every node in ONE call = one NFE
     with torch.no_grad():
-        vc = orig(hidden_states=x, encoder_hidden_states=pe[cond], pooled_projections=pp[cond], timestep=1000 * t, return_dict=False)[0]
+        vc = orig(hidden_states=x, encoder_hidden_states=pe[cond], pooled_projections=pp[cond], timestep=1000 * t,
+                  return_dict=False)[0]
         vu = orig(hidden_states=x, encoder_hidden_states=ne.expand(5, -1, -1), pooled_projections=npool.expand(5, -1),
                   timestep=1000 * t, return_dict=False)[0]
     torch.testing.assert_close(v, vu + 7.0 * (vc - vu), rtol=1e-4, atol=1e-4)
     # no guidance: one call on R rows, equals the conditional output
     calls.clear()
-    torch.testing.assert_close(SD3Target(model, pe, pp, guidance_scale=1.0).velocity(x, t, cond), vc, rtol=1e-5, atol=1e-5)
+    unguided = SD3Target(model, pe, pp, guidance_scale=1.0)
+    torch.testing.assert_close(unguided.velocity(x, t, cond), vc, rtol=1e-5, atol=1e-5)
     assert calls == [5]
 
 
@@ -137,7 +139,8 @@ def test_errors():
 
 def test_load_from_directory_and_preset(tmp_path):
     pre = SD3_PRESETS["sd35-medium"]
-    assert (pre.steps, pre.shift, pre.guidance_scale, pre.eps, pre.L, pre.K) == (50, 3.0, 7.0, 0.8, 2, (2, 3, 4, 5, 6, 7))
+    settings = (pre.steps, pre.shift, pre.guidance_scale, pre.eps, pre.L, pre.K)
+    assert settings == (50, 3.0, 7.0, 0.8, 2, (2, 3, 4, 5, 6, 7))
     assert [sum(K**j for j in (1, 2)) for K in pre.K] == [6, 12, 20, 30, 42, 56]
     # a pipeline-style directory with a tiny transformer of SD3.5's latent shape (16 x 64 x 64)
     model = _tiny(seed=5, sample_size=64, in_channels=16, out_channels=16, patch_size=8, pos_embed_max_size=8)

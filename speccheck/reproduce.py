@@ -1,0 +1,415 @@
+"""One way to regenerate every checked-in artefact: ``speccheck reproduce NAME`` (issue 16).
+
+:data:`REGISTRY` maps an artefact's name to what it writes (paths relative to the output root,
+the repository root by default), a rough wall time on one CPU core, and the function that
+regenerates it, given as a ``"module:function"`` string resolved only when that artefact is
+run or listed (importing this module imports nothing heavy). Every regenerator has the signature
+``fn(root: Path) -> list[Path]`` and is a thin call into the library; the pieces it relies on
+are listed in ``needs`` and checked by ``--list``.
+
+    speccheck reproduce --list
+    speccheck reproduce paper-claims            # rewrites theory/paper_claims.md
+    speccheck reproduce mcrs-speedups --out /tmp/fresh
+
+Randomised artefacts use the seeds recorded in their outputs; every random stream inside them is
+seeded through :func:`speccheck.seeding.unit_seed` or an explicit seed argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from speccheck.errors import EXIT_OK, InputError, LoadError
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One checked-in artefact family: ``writes`` (paths under the output root), ``duration``
+    (rough wall time on one CPU core), ``func`` (``"module:function"``, called with the output
+    root), ``needs`` (library callables it relies on, ``"module:function"``)."""
+
+    name: str
+    summary: str
+    writes: tuple[str, ...]
+    duration: str
+    func: str
+    needs: tuple[str, ...] = ()
+
+
+def resolve(spec: str) -> Callable:
+    """The callable named by ``"module:function"``; LoadError naming it if it is not there."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise LoadError(f"{spec}: module {exc.name!r} is not available in this installation") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise LoadError(f"{spec}: {module_name} has no function {attr!r} in this installation")
+    return fn
+
+
+def missing_needs(artefact: Artefact) -> list[str]:
+    """The ``needs`` of ``artefact`` that cannot be resolved here (empty: it can run)."""
+    missing = []
+    for spec in (artefact.func, *artefact.needs):
+        try:
+            resolve(spec)
+        except LoadError:
+            missing.append(spec)
+    return missing
+
+
+# ---------------------------------------------------------------------------- theory
+def golden(root: Path) -> list[Path]:
+    """The mpmath golden acceptance table (theory/golden_acceptance.csv)."""
+    return [Path(resolve("speccheck.theory.reference:write_golden")(root / "theory"))]
+
+
+def paper_claims(root: Path) -> list[Path]:
+    """The papers' theory claims checked against speccheck.theory (theory/paper_claims.md)."""
+    path = root / "theory" / "paper_claims.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    resolve("speccheck.theory.claims:write_paper_claims")(path)
+    return [path]
+
+
+def mcrs_gap_table(root: Path) -> list[Path]:
+    """Share of RASS's gap MCRS closes (theory/mcrs_gap_table.{csv,md})."""
+    path = root / "theory" / "mcrs_gap_table.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    resolve("speccheck.theory.mcrs_tables:write_gap_table")(path)
+    return [path, path.with_suffix(".csv")]
+
+
+def mcrs_minmax_table(root: Path) -> list[Path]:
+    """The richer (min-max) MCRS policy table (theory/mcrs_minmax_table.md)."""
+    path = root / "theory" / "mcrs_minmax_table.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    resolve("speccheck.theory.mcrs_tables:write_minmax_table")(path)
+    return [path]
+
+
+MCRS_POLICY_KS = (2, 3, 4, 5, 6)
+
+
+def mcrs_policies(root: Path) -> list[Path]:
+    """The shipped MCRS LP policies (G = 64) at every delta-grid point, K = 2..6."""
+    path = root / "speccheck" / "data" / "mcrs_policies_G64.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    resolve("speccheck.verifiers.mcrs:build_policy_data")(list(MCRS_POLICY_KS), path)
+    return [path]
+
+
+# ---------------------------------------------------------------------------- figures
+def figures(root: Path) -> list[Path]:
+    """Every figure (PNG, SVG, the CSV behind it) and the manifest, into figures/."""
+    out = root / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    resolve("speccheck.figures:render")(out_dir=str(out))
+    return [out / "manifest.json"]
+
+
+# ---------------------------------------------------------------------------- sampler sweeps
+SWEEP_SEED = 0
+SENSITIVITY_TRAJECTORIES = 100
+MCRS_SPEEDUP_TRAJECTORIES = 200
+MCRS_SPEEDUP_PRESETS = ("gmm-paper", "gmm-d512")
+MCRS_SPEEDUP_RULES = ("rmc", "dgrs", "rass", "mcrs")
+MCRS_SPEEDUP_CELLS = ((2, 4), (2, 6), (3, 4), (3, 6), (4, 4), (4, 6), (6, 6), (8, 4))
+
+
+def protocol_sensitivity(root: Path) -> list[Path]:
+    """Gaussian-mixture speed-ups under every protocol switch (validation/gmm_protocol_sensitivity.*).
+
+    One resumable sweep per protocol of ``speccheck.scale.sweep.SENSITIVITY_PROTOCOLS`` under
+    results/protocol-sensitivity/, then the table."""
+    from speccheck.sampler.experiments import preset
+    from speccheck.scale import sweep as sweeps
+
+    sweep_root = root / "results" / "protocol-sensitivity"
+    for name, (preset_name, overrides, _) in sweeps.SENSITIVITY_PROTOCOLS.items():
+        proto = preset(preset_name, **overrides)
+        for rule, cells in sweeps.SENSITIVITY_CELLS.items():
+            sweeps.sweep(proto, [rule], [], [], SENSITIVITY_TRAJECTORIES, SWEEP_SEED, str(sweep_root / name),
+                         cells=list(cells), log=None)
+    out_csv = root / "validation" / "gmm_protocol_sensitivity.csv"
+    out_md = out_csv.with_suffix(".md")
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    sweeps.sensitivity_table(str(sweep_root), str(out_csv), str(out_md))
+    return [out_csv, out_md]
+
+
+def mcrs_speedup_rows(sweep_root: Path) -> list[dict]:
+    """One row per (preset, K, L): speed-up, SE, predicted speed-up and acceptance of each rule,
+    and MCRS's gain over RASS and D-GRS in percent with its z = gain / sqrt(SE^2 + SE^2)
+    (independent trajectories). Reads ``sweep_root/<preset>/summary.csv``."""
+    rows = []
+    for preset_name in MCRS_SPEEDUP_PRESETS:
+        with open(sweep_root / preset_name / "summary.csv") as fh:
+            stored = {(r["rule"], int(r["K"]), int(r["L"])): r for r in csv.DictReader(fh)}
+        for K, L in MCRS_SPEEDUP_CELLS:
+            row: dict = {"preset": preset_name, "K": K, "L": L}
+            for rule in MCRS_SPEEDUP_RULES:
+                cell = stored.get((rule, K, L))
+                for suffix, column in (("", "speedup"), ("_se", "speedup_se"), ("_pred", "predicted_speedup"),
+                                       ("_acc", "acceptance")):
+                    row[f"{rule}{suffix}"] = float(cell[column]) if cell else math.nan
+            for other in ("rass", "dgrs"):
+                gain = row["mcrs"] - row[other]
+                row[f"mcrs_vs_{other}_pct"] = 100.0 * gain / row[other]
+                row[f"mcrs_vs_{other}_z"] = gain / math.hypot(row["mcrs_se"], row[f"{other}_se"])
+            rows.append(row)
+    return rows
+
+
+def write_mcrs_speedups(rows: list[dict], out_csv: Path, out_md: Path, n_traj: int) -> None:
+    """The long table (csv) and one markdown table per preset."""
+    with open(out_csv, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(out_md, "w") as fh:
+        fh.write("# MCRS vs RASS vs D-GRS vs RMC: measured speed-ups on the mixture presets (issue 7)\n\n")
+        fh.write(f"Generated by `speccheck reproduce mcrs-speedups` ({n_traj} trajectories per cell; sweep "
+                 "outputs in validation/mcrs_speedups/<preset>/). Speed-up = stochastic steps / target calls "
+                 "(warm-up included), mean +- SE over trajectories; every rule on the same (K, L) tree, RMC on "
+                 "the chain matched to it (gmm-paper: same drafted budget B; gmm-d512: same rows). `pred` = the "
+                 "theory prediction (speccheck.theory.expected_nfe with the measured per-(step, depth) "
+                 "acceptance); `acc` = mean acceptance per verification. z = (MCRS - other) / sqrt(SE^2 + SE^2), "
+                 "independent trajectories.\n\n")
+        for preset_name in MCRS_SPEEDUP_PRESETS:
+            fh.write(f"## {preset_name}\n\n| K x L | RMC | D-GRS | RASS | MCRS | MCRS pred | acc RASS / MCRS | "
+                     "MCRS vs RASS | MCRS vs D-GRS |\n|---|---|---|---|---|---|---|---|---|\n")
+            for r in rows:
+                if r["preset"] != preset_name:
+                    continue
+                cells = " | ".join(f"{r[rule]:.3f} +- {r[rule + '_se']:.3f}" for rule in MCRS_SPEEDUP_RULES)
+                fh.write(f"| {r['K']}x{r['L']} | {cells} | {r['mcrs_pred']:.3f} | {r['rass_acc']:.4f} / "
+                         f"{r['mcrs_acc']:.4f} | {r['mcrs_vs_rass_pct']:+.2f}% (z {r['mcrs_vs_rass_z']:+.1f}) | "
+                         f"{r['mcrs_vs_dgrs_pct']:+.2f}% (z {r['mcrs_vs_dgrs_z']:+.1f}) |\n")
+            fh.write("\n")
+
+
+def mcrs_speedups(root: Path) -> list[Path]:
+    """MCRS vs RASS vs D-GRS vs RMC speed-ups at matched trees, both mixture presets.
+
+    One resumable sweep per preset in validation/mcrs_speedups/<preset>/, then the tables."""
+    from speccheck.sampler.experiments import preset
+    from speccheck.scale.sweep import sweep
+
+    sweep_root = root / "validation" / "mcrs_speedups"
+    for preset_name in MCRS_SPEEDUP_PRESETS:
+        sweep(preset(preset_name), list(MCRS_SPEEDUP_RULES), [], [], MCRS_SPEEDUP_TRAJECTORIES, SWEEP_SEED,
+              str(sweep_root / preset_name), cells=list(MCRS_SPEEDUP_CELLS), log=None)
+    out_csv, out_md = root / "validation" / "mcrs_speedups.csv", root / "validation" / "mcrs_speedups.md"
+    write_mcrs_speedups(mcrs_speedup_rows(sweep_root), out_csv, out_md, MCRS_SPEEDUP_TRAJECTORIES)
+    return [out_csv, out_md]
+
+
+# ---------------------------------------------------------------------------- end to end
+# (json name, config fields, verifiers, Ks, Ls, eps values): the runs behind validation/e2e/*.json
+# (speed-up figures go to figures/e2e/ unless the fields say figures=None)
+_EDM_EXACT = dict(model="digits-edm", samples=2000)
+_FLOW_SD3 = dict(model="digits-flow", steps=50, shift=3.0)
+E2E_RUNS: tuple[tuple[str, dict, tuple[str, ...], tuple[int, ...], tuple[int, ...], tuple[float, ...]], ...] = (
+    ("digits-edm_exact_n2000", _EDM_EXACT, ("rmc", "dgrs", "rass"), (2,), (3,), (0.3,)),
+    ("digits-edm_mcrs_exact_n2000", _EDM_EXACT, ("mcrs",), (2,), (3,), (0.3,)),
+    *((f"digits-flow_sd3style_exact_n2000_{rule}", {**_FLOW_SD3, "samples": 2000}, (rule,), (4,), (2,), (0.8,))
+      for rule in ("rmc", "dgrs", "rass")),
+    ("digits-flow_cfg3_sd3style_n500", {**_FLOW_SD3, "samples": 500, "guidance": 3.0}, ("dgrs",), (4,), (2,),
+     (0.8,)),
+    ("digits-edm_mutant_n2000", {**_EDM_EXACT, "sampler_mutant": "wrong-noise-index"}, ("dgrs",), (2,), (3,),
+     (0.3,)),
+    ("digits-edm_mutant2_n2000", {**_EDM_EXACT, "sampler_mutant": "root-target-mean", "innovation": False,
+                                  "figures": None},
+     ("dgrs",), (2,), (3,), (0.3,)),
+    ("digits-edm_grid_K2_eps0.3", dict(model="digits-edm", samples=300), ("rmc", "dgrs", "rass"), (2,), (3, 5),
+     (0.3,)),
+    ("digits-edm_grid_K34_eps0.3", dict(model="digits-edm", samples=300), ("rmc", "dgrs", "rass"), (3, 4), (4,),
+     (0.3,)),
+    *((f"digits-edm_grid_K2_eps{eps}", dict(model="digits-edm", samples=200, two_sample=False),
+       ("rmc", "dgrs", "rass"), (2,), (3, 5), (eps,)) for eps in (0.1, 0.6)),
+    *((f"digits-edm_grid_K34_eps{eps}", dict(model="digits-edm", samples=200, two_sample=False),
+       ("rmc", "dgrs", "rass"), (3, 4), (4,), (eps,)) for eps in (0.1, 0.6)),
+    *((f"digits-edm_freeze_{freeze}", dict(model="digits-edm", samples=200, two_sample=False, freeze=freeze,
+                                           figures=None),
+       ("dgrs",), (2,), (3,), (0.3,)) for freeze in ("velocity", "drift")),
+    ("digits-flow_sd3style_grid", {**_FLOW_SD3, "samples": 200, "two_sample": False}, ("dgrs", "rass", "rmc"),
+     (2, 3, 5, 6, 7), (2,), (0.8,)),
+    ("digits-flow_grid_K2L3_eps0.3", dict(model="digits-flow", samples=200, two_sample=False),
+     ("dgrs", "rass", "rmc"), (2,), (3,), (0.3,)),
+)
+
+
+def e2e_summaries(root: Path) -> list[Path]:
+    """End-to-end speed-up and exactness on the digits models (validation/e2e/, figures/e2e/).
+
+    One :func:`speccheck.validation.e2e.run_e2e_grid` per run."""
+    from speccheck.validation import e2e
+
+    out_dir, figure_dir = root / "validation" / "e2e", root / "figures" / "e2e"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fields, verifiers, Ks, Ls, epss in E2E_RUNS:
+        base = e2e.E2EConfig(**{"figures": str(figure_dir), **fields})
+        reports = e2e.run_e2e_grid(base, list(verifiers), list(Ks), list(Ls), list(epss))
+        path = out_dir / f"{name}.json"
+        e2e.write_json(reports, str(path))
+        written.append(path)
+    return written
+
+
+# ---------------------------------------------------------------------------- battery
+BATTERY_RULES = ("rmc", "dgrs", "rass", "rass-icdf", "mcrs")
+CALIBRATION_SEEDS = range(1, 201)
+
+
+def battery_reports(root: Path) -> list[Path]:
+    """The gate suite on every built-in rule (validation/reports/gate-<rule>.{txt,json})."""
+    from speccheck.validation.battery import run_battery
+    from speccheck.validation.report import format_report, write_json
+
+    out = root / "validation" / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rule in BATTERY_RULES:
+        report = run_battery(rule, "gate")
+        (out / f"gate-{rule}.txt").write_text(format_report(report, verbose=True) + "\n")
+        write_json(report, str(out / f"gate-{rule}.json"))
+        written += [out / f"gate-{rule}.txt", out / f"gate-{rule}.json"]
+    return written
+
+
+def kill_matrix(root: Path) -> list[Path]:
+    """Every mutant under the gate suite (validation/reports/kill_matrix.txt)."""
+    from speccheck.validation.mutants import run_mutants
+    from speccheck.validation.report import format_kill_matrix
+
+    path = root / "validation" / "reports" / "kill_matrix.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(format_kill_matrix(run_mutants("gate")) + "\n")
+    return [path]
+
+
+def calibration(root: Path) -> list[Path]:
+    """Gate-suite false-failure rate of the correct rules over 200 battery seeds.
+
+    Writes validation/reports/calibration_gate{,_mcrs}.{txt,json} via speccheck.scale.jobs.calibrate."""
+    from speccheck.scale.jobs import calibrate, format_calibration, write_json
+
+    out = root / "validation" / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, rules in (("calibration_gate", ("rmc", "dgrs", "rass")), ("calibration_gate_mcrs", ("mcrs",))):
+        summary = calibrate("gate", list(rules), seeds=CALIBRATION_SEEDS)
+        (out / f"{stem}.txt").write_text(format_calibration(summary) + "\n")
+        write_json(summary, str(out / f"{stem}.json"))
+        written += [out / f"{stem}.txt", out / f"{stem}.json"]
+    return written
+
+
+# ---------------------------------------------------------------------------- registry
+def _entry(name: str, func: Callable, writes: tuple[str, ...], duration: str, needs: tuple[str, ...] = ()
+           ) -> tuple[str, Artefact]:
+    summary = (func.__doc__ or "").strip().splitlines()[0]
+    return name, Artefact(name=name, summary=summary, writes=writes, duration=duration,
+                          func=f"{__name__}:{func.__name__}", needs=needs)
+
+
+REGISTRY: dict[str, Artefact] = dict([
+    _entry("golden", golden, ("theory/golden_acceptance.csv",), "~30 s",
+           ("speccheck.theory.reference:write_golden",)),
+    _entry("paper-claims", paper_claims, ("theory/paper_claims.md",), "~1 min",
+           ("speccheck.theory.claims:write_paper_claims",)),
+    _entry("mcrs-gap-table", mcrs_gap_table, ("theory/mcrs_gap_table.csv", "theory/mcrs_gap_table.md"), "~1 h",
+           ("speccheck.theory.mcrs_tables:write_gap_table",)),
+    _entry("mcrs-minmax-table", mcrs_minmax_table, ("theory/mcrs_minmax_table.md",), "~2 h",
+           ("speccheck.theory.mcrs_tables:write_minmax_table",)),
+    _entry("mcrs-policies", mcrs_policies, ("speccheck/data/mcrs_policies_G64.npz",), "~3 h",
+           ("speccheck.verifiers.mcrs:build_policy_data",)),
+    _entry("figures", figures, ("figures/*.png", "figures/*.svg", "figures/*.csv", "figures/manifest.json"),
+           "~20 min", ("speccheck.figures:render",)),
+    _entry("protocol-sensitivity", protocol_sensitivity,
+           ("validation/gmm_protocol_sensitivity.csv", "validation/gmm_protocol_sensitivity.md",
+            "results/protocol-sensitivity/<protocol>/"), "~3 h",
+           ("speccheck.scale.sweep:sweep", "speccheck.scale.sweep:sensitivity_table")),
+    _entry("mcrs-speedups", mcrs_speedups,
+           ("validation/mcrs_speedups.csv", "validation/mcrs_speedups.md", "validation/mcrs_speedups/<preset>/"),
+           "~4 h", ("speccheck.scale.sweep:sweep",)),
+    _entry("e2e", e2e_summaries, ("validation/e2e/<run>.json", "figures/e2e/*.png"), "~2 h",
+           ("speccheck.validation.e2e:run_e2e_grid", "speccheck.validation.e2e:write_json")),
+    _entry("battery-reports", battery_reports, ("validation/reports/gate-<rule>.txt",
+                                                "validation/reports/gate-<rule>.json"), "~10 min",
+           ("speccheck.validation.battery:run_battery", "speccheck.validation.report:format_report",
+            "speccheck.validation.report:write_json")),
+    _entry("kill-matrix", kill_matrix, ("validation/reports/kill_matrix.txt",), "~1 h",
+           ("speccheck.validation.mutants:run_mutants", "speccheck.validation.report:format_kill_matrix")),
+    _entry("calibration", calibration, ("validation/reports/calibration_gate.txt",
+                                        "validation/reports/calibration_gate.json",
+                                        "validation/reports/calibration_gate_mcrs.txt",
+                                        "validation/reports/calibration_gate_mcrs.json"), "~1 h",
+           ("speccheck.scale.jobs:calibrate", "speccheck.scale.jobs:format_calibration",
+            "speccheck.scale.jobs:write_json")),
+])
+
+
+def reproduce(name: str, root: str | Path = ".") -> list[Path]:
+    """Regenerate artefact ``name`` under ``root`` (the repository root by default); returns the
+    paths written. InputError for an unknown name, LoadError when a piece it needs is missing."""
+    if name not in REGISTRY:
+        raise InputError(f"unknown artefact {name!r}; `speccheck reproduce --list` names them: {sorted(REGISTRY)}")
+    artefact = REGISTRY[name]
+    missing = missing_needs(artefact)
+    if missing:
+        raise LoadError(f"reproduce {name}: needs {', '.join(missing)}, which this installation does not have")
+    return list(resolve(artefact.func)(Path(root)))
+
+
+def format_list() -> str:
+    """The registry as text: name, rough time, what it writes, and what is missing (if anything)."""
+    width = max(len(name) for name in REGISTRY)
+    lines = []
+    for artefact in REGISTRY.values():
+        missing = missing_needs(artefact)
+        status = f"  [unavailable: needs {', '.join(missing)}]" if missing else ""
+        lines.append(f"{artefact.name:<{width}}  {artefact.duration:>8}  {artefact.summary}{status}")
+        lines.append(f"{'':<{width}}  {'':>8}  writes: {', '.join(artefact.writes)}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- command
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``speccheck reproduce`` to the CLI's subparsers."""
+    parser = subparsers.add_parser("reproduce", help="regenerate a checked-in artefact (--list names them)",
+                                   description="Regenerate a checked-in artefact (theory tables, figures, sweeps, "
+                                               "e2e summaries, battery reports) by a thin call into the library.")
+    parser.add_argument("name", nargs="?", help="artefact to regenerate (see --list)")
+    parser.add_argument("--list", action="store_true", help="name every artefact, what it writes and its rough time")
+    parser.add_argument("--out", default=".", metavar="DIR",
+                        help="output root the artefact paths are relative to (default: the current directory, "
+                             "the repository root)")
+    parser.set_defaults(func=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``speccheck reproduce``: exit 0 when listed or written; errors raise (exit 2)."""
+    if args.list:
+        print(format_list())
+        return EXIT_OK
+    if not args.name:
+        raise InputError("reproduce needs an artefact NAME or --list; names: " + ", ".join(REGISTRY))
+    root = Path(args.out)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"--out {args.out!r} is a file; give a directory")
+    for path in reproduce(args.name, root):
+        print(path, file=sys.stdout, flush=True)
+    return EXIT_OK
