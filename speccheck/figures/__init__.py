@@ -16,6 +16,7 @@ import shutil
 import time
 from typing import Callable, Optional, Sequence
 
+from speccheck.errors import FileFormatError, InputError
 from speccheck.figures.base import FigureConfig, FigureData, FigureSpec
 from speccheck.figures.style import Table, save_figure, style_context
 
@@ -41,7 +42,8 @@ def _specs() -> list[FigureSpec]:
             "the axes at K >= 4), and MCRS (issue 7) as triangles where it could be computed."),
         FigureSpec(
             "fig3_rank_weights", "rank-weights",
-            "optimal rank weights go from uniform (delta -> 0) to the top rank (delta >~ 2 for K = 4, >~ 2.5 for K = 8)",
+            "optimal rank weights go from uniform (delta -> 0) to the top rank (delta >~ 2 for K = 4, "
+            ">~ 2.5 for K = 8)",
             "RASS paper section D.1 (stated in the text, no figure)", Th.compute_rank_weights, Th.draw_rank_weights,
             "ours; the dotted line marks where omega_K >= 0.99 on the plotted grid. Weights are ill-conditioned at "
             "small delta (SPEC section 1): bumps there are alternative optima with the same acceptance."),
@@ -99,10 +101,47 @@ def resolve(names: Optional[Sequence[str]]) -> list[FigureSpec]:
                if key in (s.stem, s.name, s.stem.split("_")[0], s.stem.split("_")[0][3:])]
         if not hit:
             known = ", ".join(f"{s.stem.split('_')[0][3:]}/{s.name}" for s in specs.values())
-            raise ValueError(f"unknown figure {n!r}; known: {known}")
+            raise InputError(f"unknown figure {n!r} (--only); known: {known}")
         if hit[0] not in out:
             out.append(hit[0])
     return out
+
+
+MEASURED = ("fig4_frontier", "fig5_heatmaps", "fig6_speedup_vs_K")
+SWEEP_STORE_FILE = "sweep.sqlite"  # speccheck.scale.sweep.STORE_FILE (not imported: figures stay light)
+
+
+def check_inputs(specs: Sequence[FigureSpec], sweep_dir: Optional[str] = None, sweep_run: bool = True,
+                 battery_json: Optional[str] = None) -> None:
+    """Refuse, before any work, inputs that would silently drop points from a figure: a
+    ``--sweep`` store file that is not SQLite; with ``--no-sweep-run`` a ``--sweep`` that does
+    not exist or is a folder without a sweep (``sweep.sqlite`` or an earlier ``trajectories.csv``);
+    a ``--battery-json`` that exists but is not a non-empty set of reports."""
+    stems = {s.stem for s in specs}
+    if sweep_dir is not None and stems & set(MEASURED):
+        store = os.path.join(sweep_dir, SWEEP_STORE_FILE) if os.path.isdir(sweep_dir) else sweep_dir
+        if os.path.isfile(store):
+            try:
+                with open(store, "rb") as f:
+                    header = f.read(16)
+            except OSError as exc:
+                raise FileFormatError(f"--sweep {sweep_dir!r}: cannot read {store!r} ({exc.strerror})") from None
+            if header and header != b"SQLite format 3\x00":
+                raise FileFormatError(f"--sweep {sweep_dir!r}: {store!r} is not a results store (SQLite)")
+        if not sweep_run:
+            if not os.path.exists(sweep_dir):
+                raise InputError(f"--sweep {sweep_dir!r} does not exist (with --no-sweep-run it must hold a sweep "
+                                 "written by a previous run)")
+            legacy = os.path.isfile(os.path.join(sweep_dir, "trajectories.csv"))
+            if os.path.isdir(sweep_dir) and not (os.path.isfile(store) or legacy):
+                raise FileFormatError(f"--sweep {sweep_dir!r} holds no sweep ({SWEEP_STORE_FILE} or trajectories.csv)")
+    if battery_json is not None and "fig7_battery" in stems:
+        if os.path.isdir(battery_json):
+            raise InputError(f"--battery-json {battery_json!r} is a folder; give a JSON file path")
+        if os.path.exists(battery_json):
+            from speccheck.figures.battery_fig import load_reports
+
+            load_reports(battery_json)  # FileFormatError naming the file when empty or malformed
 
 
 def compute(name: str, cfg: Optional[FigureConfig] = None) -> FigureData:

@@ -30,7 +30,8 @@ class FigureConfig:
 
     quick: CI sizes (coarse delta grids, tiny sweeps). sweep_dir: a resumable sampler sweep
     directory for the measured figures (None: a temporary one). battery_suite: the suite
-    figure 7's kill matrix runs (None: a tiny one for quick, 'smoke' for full). seed: base seed of every randomised computation."""
+    figure 7's kill matrix runs (None: a tiny one for quick, 'smoke' for full). seed: base seed
+    of every randomised computation."""
 
     quick: bool = False
     sweep_dir: Optional[str] = None

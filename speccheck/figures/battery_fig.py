@@ -8,9 +8,14 @@ import math
 import os
 import re
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+from speccheck.errors import FileFormatError, InputError
 from speccheck.figures.base import FigureConfig, FigureData
 from speccheck.figures.style import OKABE_ITO, Table, new_figure
 
@@ -39,7 +44,7 @@ def _suite(cfg: FigureConfig):
     return parse_suite(dict(QUICK_SUITE), QUICK_SUITE["name"]) if cfg.quick else load_suite(FULL_SUITE)
 
 
-def per_test_alpha(suite, verifier: str = "dgrs") -> float:
+def per_test_alpha(suite: Any, verifier: str = "dgrs") -> float:
     """The binding per-test level family_alpha / m of ``suite`` for a built-in verifier
     (m = the number of statistical tests the battery plans; Holm's smallest threshold)."""
     from speccheck.validation import battery
@@ -64,18 +69,29 @@ def load_reports(path: str) -> dict:
     from speccheck.validation.battery import BatteryReport
     from speccheck.validation.stats import TestResult
 
-    with open(path) as f:
-        raw = json.load(f)
-    if "results" in raw and "verifier" in raw:
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise FileFormatError(f"battery JSON {path!r} is unreadable ({exc})") from None
+    if isinstance(raw, dict) and "results" in raw and "verifier" in raw:
         raw = {raw["verifier"]: raw}
+    if not isinstance(raw, dict) or not raw:
+        raise FileFormatError(f"battery JSON {path!r} holds no reports (expected {{name: report}} from "
+                              "`speccheck battery --mutants --json`)")
     fields = {f.name for f in dataclasses.fields(TestResult)}
     out = {}
     for name, d in raw.items():
+        if not isinstance(d, dict) or not isinstance(d.get("results"), list) or not d["results"]:
+            raise FileFormatError(f"battery JSON {path!r}: report {name!r} has no test results")
         res = []
-        for r in d["results"]:
-            kw = {k: (math.nan if v is None and k in ("statistic", "threshold", "p_value", "mdd") else v)
-                  for k, v in r.items() if k in fields}
-            res.append(TestResult(**kw))
+        try:
+            for r in d["results"]:
+                kw = {k: (math.nan if v is None and k in ("statistic", "threshold", "p_value", "mdd") else v)
+                      for k, v in r.items() if k in fields}
+                res.append(TestResult(**kw))
+        except (TypeError, AttributeError) as exc:
+            raise FileFormatError(f"battery JSON {path!r}: report {name!r} has a malformed result ({exc})") from None
         out[name] = BatteryReport(d.get("verifier", name), d.get("suite", "?"), d.get("seed", -1),
                                   d.get("family_alpha", math.nan), d.get("per_test_alpha", math.nan),
                                   d.get("device", "?"), res, list(d.get("notes", [])), d.get("wall_s", 0.0))
@@ -164,6 +180,9 @@ def compute_power() -> Table:
 
 def compute_battery(cfg: FigureConfig) -> FigureData:
     km, notes = compute_kill_matrix(cfg)
+    if len(km["verifier"]) == 0 or not any(k == "mutant" for k in km["kind"]):
+        raise InputError("figure 7: no mutant report to draw (0 of 0 mutants is no kill matrix); "
+                         + "; ".join(notes))
     killed = {n: False for n in km["verifier"]}
     kind = dict(zip(km["verifier"], km["kind"]))
     for n, k in zip(km["verifier"], km["killed"]):
@@ -178,7 +197,7 @@ def compute_battery(cfg: FigureConfig) -> FigureData:
     return FigureData({"main": km, "power": compute_power()}, notes=notes)
 
 
-def draw_battery(data: FigureData):
+def draw_battery(data: FigureData) -> Figure:
     from matplotlib.colors import ListedColormap
 
     km = data.main
@@ -218,7 +237,8 @@ def draw_battery(data: FigureData):
     nm = sum(kind[n] == "mutant" for n in names)
     nk = sum(killed[n] for n in names if kind[n] == "mutant")
     nr = sum(killed[n] for n in names if kind[n] == "reference")
-    ax.set_title(f"Kill matrix: {nk}/{nm} mutants killed, {nr} false kills\n(red x: a test family failed; grey: not run)",
+    ax.set_title(f"Kill matrix: {nk}/{nm} mutants killed, {nr} false kills\n"
+                 "(red x: a test family failed; grey: not run)",
                  fontsize=12)
     for a, (col, lab) in zip(axes[1:], (("ks_mdd", "smallest detectable KS distance"),
                                         ("acceptance_mdd", "smallest detectable acceptance shift"))):

@@ -11,7 +11,10 @@ import csv
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import contextlib
 
 import numpy as np
 
@@ -85,7 +88,7 @@ def _mpl():
     return matplotlib, plt
 
 
-def style_context():
+def style_context() -> contextlib.AbstractContextManager:
     """Context manager applying the speccheck rcParams; draw (and save) figures inside it."""
     matplotlib, _ = _mpl()
     from cycler import cycler
@@ -93,13 +96,13 @@ def style_context():
     return matplotlib.rc_context({**RC, "axes.prop_cycle": cycler(color=CYCLE)})
 
 
-def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 7.5, height: float = 5.0, **kw):
+def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 7.5, height: float = 5.0, **kw: Any) -> tuple:
     """(fig, axes) of ``plt.subplots``; call inside :func:`style_context`. Inches for the whole figure."""
     _, plt = _mpl()
     return plt.subplots(nrows, ncols, figsize=(width, height), **kw)
 
 
-def save_figure(fig, out_dir: str, stem: str) -> list[str]:
+def save_figure(fig: Any, out_dir: str, stem: str) -> list[str]:
     """Write ``stem.png`` and ``stem.svg`` into ``out_dir``; close the figure; return the paths."""
     _, plt = _mpl()
     os.makedirs(out_dir, exist_ok=True)
@@ -154,7 +157,7 @@ class Table:
     def names(self) -> list[str]:
         return list(self.columns)
 
-    def where(self, **eq) -> "Table":
+    def where(self, **eq: Any) -> "Table":
         """Rows whose columns equal the given values."""
         m = np.ones(len(self), dtype=bool)
         for k, v in eq.items():

@@ -7,8 +7,12 @@ returning :class:`FigureData`; each ``draw_*`` turns that data into a matplotlib
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from speccheck import theory as T
 from speccheck.figures.base import FigureConfig, FigureData
@@ -57,7 +61,7 @@ def compute_acceptance(cfg: FigureConfig) -> FigureData:
     return FigureData({"main": Table.from_rows(rows)}, meta={"Ks": list(ACCEPTANCE_KS)})
 
 
-def draw_acceptance(data: FigureData):
+def draw_acceptance(data: FigureData) -> Figure:
     t = data.main
     fig, ax = new_figure(width=7.5, height=5.0)
     Ks = sorted(set(int(k) for k in t["K"]))
@@ -144,7 +148,7 @@ def compute_bounds(cfg: FigureConfig) -> FigureData:
     return FigureData(tables, notes=notes, meta={"Ks": list(BOUNDS_KS)})
 
 
-def draw_bounds(data: FigureData):
+def draw_bounds(data: FigureData) -> Figure:
     t = data.main
     Ks = sorted(set(int(k) for k in t["K"]))
     m = data.tables.get("mcrs")
@@ -183,7 +187,8 @@ def draw_bounds(data: FigureData):
                for b, ls in (("bound_dependent", ":"), ("bound_iid", "-"))]
     proxies += [Line2D([], [], color=RULE_COLORS[r], label=RULE_LABELS[r]) for r in rules]
     if m is not None and len(m):
-        proxies.append(Line2D([], [], ls="none", marker="^", ms=8, color=RULE_COLORS["mcrs"], label=RULE_LABELS["mcrs"]))
+        proxies.append(Line2D([], [], ls="none", marker="^", ms=8, color=RULE_COLORS["mcrs"],
+                              label=RULE_LABELS["mcrs"]))
     axes[0, 0].legend(handles=proxies, loc="lower left")
     fig.suptitle("Acceptance of exact verifiers vs the i.i.d.-list and dependent-drafts bounds")
     return fig
@@ -218,7 +223,7 @@ def compute_rank_weights(cfg: FigureConfig) -> FigureData:
                              f"(K = {K}; paper: ~2 for K = 4, ~2.5 for K = 8)" for K in WEIGHT_KS])
 
 
-def draw_rank_weights(data: FigureData):
+def draw_rank_weights(data: FigureData) -> Figure:
     import matplotlib
 
     t = data.main

@@ -9,7 +9,11 @@ pixels scaled from [0, 16] to [-1, 1], shape [1, 8, 8]; a fixed split (seed 0) h
     (tiny config); each class (and a null class for guidance, label dropout 10%) is a learned
     token for ``encoder_hidden_states`` plus a learned pooled vector -> :class:`SD3Target`,
     i.e. the SD3 code path with a trained network.
-Checkpoints: torch-saved dicts {"arch", "config", "state_dict", "meta"} in speccheck/data/.
+Checkpoints: torch-saved dicts {"arch", "config", "state_dict", "meta"}. Shipped ones live in
+speccheck/data/ (read-only); ``speccheck train-digits`` writes to the user cache
+(``$SPECCHECK_CACHE_DIR/digits`` or ``~/.cache/speccheck/digits``), never into the installed
+package, and a checkpoint there is preferred over the shipped one. Training that reaches a
+non-finite loss writes nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
+from speccheck.errors import InputError, LoadError, SpeccheckError
 from speccheck.targets.edm import EDMPrecond, EDMTarget, edm_training_loss, load_edm_denoiser
 from speccheck.targets.sd3 import SD3Target
 
@@ -31,6 +36,33 @@ EDM_CHECKPOINT = os.path.join(DATA_DIR, "digits_edm.pt")
 FLOW_CHECKPOINT = os.path.join(DATA_DIR, "digits_flow.pt")
 STATE_SHAPE = (1, 8, 8)
 N_CLASSES = 10
+CHECKPOINT_FILES = {"digits-edm": "digits_edm.pt", "digits-flow": "digits_flow.pt"}
+
+
+class TrainingDivergedError(SpeccheckError):
+    """The training loss (or a trained weight) became NaN or infinite; nothing was written."""
+
+
+def user_checkpoint_dir() -> str:
+    """Where ``train-digits`` writes by default: ``$SPECCHECK_CACHE_DIR/digits``, else
+    ``~/.cache/speccheck/digits``. An empty SPECCHECK_CACHE_DIR (cache off) has no default."""
+    root = os.environ.get("SPECCHECK_CACHE_DIR")
+    if root is None:
+        root = os.path.join(os.path.expanduser("~"), ".cache", "speccheck")
+    elif not root:
+        raise InputError("SPECCHECK_CACHE_DIR is empty (cache off): give --out for the trained checkpoints")
+    return os.path.join(root, "digits")
+
+
+def default_checkpoint(kind: str) -> str:
+    """The checkpoint read when none is given: the user's trained one if it exists, else the shipped one."""
+    if kind not in CHECKPOINT_FILES:
+        raise InputError(f"unknown digits model {kind!r}; choose 'digits-edm' or 'digits-flow'")
+    try:
+        user = os.path.join(user_checkpoint_dir(), CHECKPOINT_FILES[kind])
+    except InputError:
+        user = ""
+    return user if user and os.path.isfile(user) else os.path.join(DATA_DIR, CHECKPOINT_FILES[kind])
 
 
 # --------------------------------------------------------------------------- data
@@ -45,7 +77,7 @@ def load_digits_data() -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.as_tensor(d.target, dtype=torch.long)
 
 
-def digits_split(seed: int = 0, held_out: float = 0.2):
+def digits_split(seed: int = 0, held_out: float = 0.2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x_train, y_train, x_test, y_test): a fixed random split (numpy default_rng(seed))."""
     x, y = load_digits_data()
     perm = torch.as_tensor(np.random.default_rng(seed).permutation(x.shape[0]))
@@ -118,7 +150,8 @@ FLOW_TRANSFORMER_CONFIG = dict(
 class DigitsFlow(nn.Module):
     """SD3Transformer2DModel + learned class conditioning. Class index 10 is the null class."""
 
-    def __init__(self, transformer_config: Optional[dict] = None, n_classes: int = N_CLASSES, n_tokens: int = 2) -> None:
+    def __init__(self, transformer_config: Optional[dict] = None, n_classes: int = N_CLASSES,
+                 n_tokens: int = 2) -> None:
         super().__init__()
         from diffusers import SD3Transformer2DModel
 
@@ -140,7 +173,7 @@ class DigitsFlow(nn.Module):
             timestep=1000 * t, return_dict=False,
         )[0]
 
-    def target(self, guidance_scale: float = 1.0, **kw) -> SD3Target:
+    def target(self, guidance_scale: float = 1.0, **kw: Any) -> SD3Target:
         """SD3Target whose prompts are the 10 classes (cond = digit label), null class as negative."""
         with torch.no_grad():
             k = self.n_classes
@@ -179,16 +212,23 @@ def _train(model: nn.Module, loss_fn: Callable, steps: int, batch: int, lr: floa
     for step in range(steps):
         idx = torch.randint(0, x.shape[0], (batch,), generator=g)
         loss = loss_fn(model, x[idx], y[idx], g)
+        loss_value = float(loss.item())
+        if not math.isfinite(loss_value):
+            raise TrainingDivergedError(f"training loss is {loss_value} at step {step} (batch={batch}, lr={lr}); "
+                                        "no checkpoint was written")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         ema.update(model)
-        run = 0.98 * run + 0.02 * loss.item() if step else loss.item()
+        run = 0.98 * run + 0.02 * loss_value if step else loss_value
         if log and (step % 500 == 0 or step == steps - 1):
             log(f"step {step:5d}  loss {run:.4f}  {time.time() - t0:.0f}s")
     model.load_state_dict(ema.shadow)
+    bad = [k for k, v in model.state_dict().items() if v.dtype.is_floating_point and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise TrainingDivergedError(f"trained weights {bad[:3]} are not finite; no checkpoint was written")
     return {"steps": steps, "batch": batch, "lr": lr, "seed": seed, "ema_decay": ema_decay,
             "final_loss": run, "train_seconds": round(time.time() - t0, 1)}
 
@@ -208,9 +248,22 @@ def _flow_loss(model, x0, labels, g, p_drop: float = 0.1):
     return (model(xt, t, labels) - (noise - x0)).pow(2).mean()
 
 
+def check_training_options(steps: int, batch: int, lr: float, seed: int) -> None:
+    """steps >= 1, batch in [1, 4096], lr finite in (0, 1], seed >= 0; InputError naming the value."""
+    if steps < 1:
+        raise InputError(f"steps must be >= 1, got steps={steps}")
+    if not 1 <= batch <= 4096:
+        raise InputError(f"batch must be in [1, 4096], got batch={batch}")
+    if not (math.isfinite(lr) and 0 < lr <= 1):
+        raise InputError(f"lr must be finite and in (0, 1], got lr={lr}")
+    if seed < 0:
+        raise InputError(f"seed must be >= 0, got seed={seed}")
+
+
 def train_digits_edm(steps: int = 6000, batch: int = 256, lr: float = 2e-3, seed: int = 0,
                      log: Optional[Callable[[str], None]] = None) -> tuple[EDMPrecond, dict]:
     """Train the EDM denoiser (model seeded with ``seed``); returns (denoiser, training meta)."""
+    check_training_options(steps, batch, lr, seed)
     torch.manual_seed(seed)
     model = make_digits_edm()
     meta = _train(model, _edm_loss, steps, batch, lr, seed, 0.999, log)
@@ -220,6 +273,7 @@ def train_digits_edm(steps: int = 6000, batch: int = 256, lr: float = 2e-3, seed
 def train_digits_flow(steps: int = 2000, batch: int = 256, lr: float = 1e-3, seed: int = 0,
                       log: Optional[Callable[[str], None]] = None) -> tuple[DigitsFlow, dict]:
     """Train the rectified-flow SD3 transformer; returns (model, training meta)."""
+    check_training_options(steps, batch, lr, seed)
     torch.manual_seed(seed)
     model = DigitsFlow()
     meta = _train(model, _flow_loss, steps, batch, lr, seed, 0.998, log)
@@ -229,39 +283,45 @@ def train_digits_flow(steps: int = 2000, batch: int = 256, lr: float = 1e-3, see
 def save_checkpoint(model: nn.Module, arch: str, path: str, meta: Optional[dict] = None) -> None:
     """torch.save({"arch", "config", "state_dict", "meta"}) (loadable with weights_only=True)."""
     config = dict(model.net.config, sigma_data=model.sigma_data) if isinstance(model, EDMPrecond) else model.config
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.save({"arch": arch, "config": config, "state_dict": model.state_dict(), "meta": meta or {}}, path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.partial")
+    torch.save({"arch": arch, "config": config, "state_dict": model.state_dict(), "meta": meta or {}}, tmp)
+    os.replace(tmp, path)
 
 
 def load_digits_flow(path: Optional[str] = None) -> DigitsFlow:
     """The trained digits-flow model (default: the shipped checkpoint)."""
-    path = path or FLOW_CHECKPOINT
+    path = path or default_checkpoint("digits-flow")
     if not os.path.isfile(path):
-        raise ValueError(f"weights file not found: weights={path!r} (run `speccheck train-digits`)")
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+        raise LoadError(f"weights file not found: weights={path!r} (run `speccheck train-digits`)")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is a load error naming it
+        raise LoadError(f"weights file {path!r} is not a readable torch checkpoint ({type(exc).__name__})") from None
     if not isinstance(obj, dict) or obj.get("arch") != "digits-flow":
-        raise ValueError(f"{path!r} is not a digits-flow checkpoint")
+        raise LoadError(f"{path!r} is not a digits-flow checkpoint")
     model = DigitsFlow.from_config(obj["config"])
     model.load_state_dict(obj["state_dict"])
     return model.eval()
 
 
 def digits_target(kind: str, weights: Optional[str] = None, guidance_scale: float = 1.0,
-                  device: str | torch.device = "cpu"):
+                  device: str | torch.device = "cpu") -> "EDMTarget | SD3Target":
     """VelocityModel for ``digits-edm`` (EDMTarget) or ``digits-flow`` (SD3Target); cond = digit label."""
     if kind == "digits-edm":
-        path = weights or EDM_CHECKPOINT
+        path = weights or default_checkpoint("digits-edm")
         if not os.path.isfile(path):
-            raise ValueError(f"weights file not found: weights={path!r} (run `speccheck train-digits`)")
+            raise LoadError(f"weights file not found: weights={path!r} (run `speccheck train-digits`)")
         return EDMTarget(load_edm_denoiser(path), state_shape=STATE_SHAPE, label_dim=N_CLASSES, device=device)
     if kind == "digits-flow":
         return load_digits_flow(weights).to(device).target(guidance_scale=guidance_scale, device=device)
-    raise ValueError(f"unknown digits model {kind!r}; choose 'digits-edm' or 'digits-flow'")
+    raise InputError(f"unknown digits model {kind!r}; choose 'digits-edm' or 'digits-flow'")
 
 
 # --------------------------------------------------------------------------- held-out check
 @torch.no_grad()
-def sample_chain(target, schedule, cond: torch.Tensor, generator: torch.Generator,
+def sample_chain(target: Any, schedule: Any, cond: torch.Tensor, generator: torch.Generator,
                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The plain (non-speculative) churn chain of SPEC section 3 on a Schedule, x_0 ~ N(0, I):
     x <- a_n x + c_n v_{t_n}(x) + sigma_n z. Returns final states [R, *state_shape]."""
@@ -276,7 +336,7 @@ def sample_chain(target, schedule, cond: torch.Tensor, generator: torch.Generato
     return x
 
 
-def fit_digit_classifier(seed: int = 0):
+def fit_digit_classifier(seed: int = 0) -> tuple[object, float]:
     """(classifier, held-out accuracy on real digits): LogisticRegression on the training split."""
     from sklearn.linear_model import LogisticRegression
 
@@ -286,14 +346,14 @@ def fit_digit_classifier(seed: int = 0):
     return clf, float(clf.score(xte.flatten(1).numpy(), yte.numpy()))
 
 
-def classify_samples(samples: torch.Tensor, labels: torch.Tensor, clf=None) -> float:
+def classify_samples(samples: torch.Tensor, labels: torch.Tensor, clf: Any = None) -> float:
     """Fraction of samples (clipped to [-1, 1]) that the real-digit classifier labels as ``labels``."""
     clf = clf if clf is not None else fit_digit_classifier()[0]
     pred = clf.predict(samples.clamp(-1, 1).flatten(1).double().numpy())
     return float((pred == labels.numpy()).mean())
 
 
-def heldout_check(target, n_per_class: int = 50, steps: int = 30, eps: float = 0.3, seed: int = 1) -> dict:
+def heldout_check(target: Any, n_per_class: int = 50, steps: int = 30, eps: float = 0.3, seed: int = 1) -> dict:
     """Generate n_per_class samples per digit with the plain chain (flow grid) and report the
     classifier's agreement with the requested labels (chance = 0.1) and its real held-out accuracy."""
     from speccheck.targets.schedules import flow_matching
@@ -306,3 +366,39 @@ def heldout_check(target, n_per_class: int = 50, steps: int = 30, eps: float = 0
     return {"label_agreement": rate, "label_agreement_se": math.sqrt(rate * (1 - rate) / n), "n": n,
             "classifier_heldout_accuracy": acc_real, "chance": 1 / N_CLASSES,
             "sampler": f"plain churn chain, flow grid N={steps}, eps={eps}, seed={seed}"}
+
+
+# --------------------------------------------------------------------------- train-digits
+def train_and_save(which: str = "both", out_dir: Optional[str] = None, steps_edm: int = 4000, steps_flow: int = 1500,
+                   batch: int = 256, seed: int = 0, check_per_class: int = 50,
+                   log: Optional[Callable[[str], None]] = None) -> dict:
+    """Train the selected models, then (only if every one trained to a finite loss) write them
+    to ``out_dir`` (default :func:`user_checkpoint_dir`) and run the held-out check.
+    Returns {kind: {path, bytes, training meta, heldout_check}}."""
+    if which not in ("edm", "flow", "both"):
+        raise InputError(f"which must be 'edm', 'flow' or 'both', got {which!r}")
+    if not 0 <= check_per_class <= 1000:
+        raise InputError(f"check_per_class must be in [0, 1000], got {check_per_class}")
+    out_dir = out_dir if out_dir is not None else user_checkpoint_dir()
+    jobs = []
+    if which in ("edm", "both"):
+        check_training_options(steps_edm, batch, 2e-3, seed)
+        jobs.append(("digits-edm", "digits-mlp", lambda lg: train_digits_edm(steps=steps_edm, batch=batch,
+                                                                               seed=seed, log=lg)))
+    if which in ("flow", "both"):
+        check_training_options(steps_flow, batch, 1e-3, seed)
+        jobs.append(("digits-flow", "digits-flow", lambda lg: train_digits_flow(steps=steps_flow, batch=batch,
+                                                                                 seed=seed, log=lg)))
+    trained = []
+    for kind, arch, train in jobs:
+        model, meta = train((lambda m, k=kind: log(f"[{k}] {m}")) if log else None)
+        trained.append((kind, arch, model, meta))
+    report = {}
+    for kind, arch, model, meta in trained:
+        path = os.path.join(out_dir, CHECKPOINT_FILES[kind])
+        save_checkpoint(model, arch, path, meta)
+        entry = {"path": path, "bytes": os.path.getsize(path), **meta}
+        if check_per_class > 0:
+            entry["heldout_check"] = heldout_check(digits_target(kind, path), n_per_class=check_per_class)
+        report[kind] = entry
+    return report

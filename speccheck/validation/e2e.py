@@ -12,7 +12,13 @@ For one (model, verifier, tree, eps) cell, :func:`run_e2e`:
    paired: trajectory i of both samplers starts from the same x0, so under exactness
    (X_i, Y_i) is exchangeable and randomly swapping within pairs is an exact permutation test;
 5. writes PNG sample grids.
-The false-failure rate of the whole exactness verdict is <= alpha (alpha/2 per family).
+6. calibration: the acceptance calibration z (accepts against the theory acceptance of the
+   realised deltas) is a test like the others: two-sided normal threshold at its level.
+The false-failure rate of the whole verdict is <= alpha: Bonferroni over the families that run
+(innovation, two-sample, calibration), alpha / m each. ``exact`` comes only from tests that
+ran: a cell where no exactness test (innovation or two-sample) ran has ``exact = None`` (no
+verdict), and options under which a test cannot fail (``n_perm`` too small for the level,
+fewer than 2 samples, both exactness tests off) are refused up front with InputError.
 """
 
 from __future__ import annotations
@@ -21,11 +27,18 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
+from scipy.stats import norm
+
+from speccheck.errors import DeviceError, InputError, SpeccheckError
+
+if TYPE_CHECKING:
+    from speccheck.sampler.tree import DraftTree
+    from speccheck.targets.schedules import Schedule
 
 MODELS = ("digits-edm", "digits-flow", "edm-cifar10", "edm-ffhq", "sd35-medium")
 
@@ -76,7 +89,7 @@ class LoadedModel:
 def load_model(cfg: E2EConfig) -> LoadedModel:
     """The target and its defaults (grid, steps, natural freeze) for ``cfg.model``."""
     if cfg.model not in MODELS:
-        raise ValueError(f"unknown model {cfg.model!r}; choose from {MODELS}")
+        raise InputError(f"unknown model {cfg.model!r}; choose from {MODELS}")
     if cfg.model.startswith("digits"):
         from speccheck.targets import digits
 
@@ -84,7 +97,7 @@ def load_model(cfg: E2EConfig) -> LoadedModel:
         target = digits.digits_target(cfg.model, cfg.weights, guidance_scale=g, device=cfg.device)
         target.max_rows = cfg.max_rows
         freeze = "denoised" if cfg.model == "digits-edm" else "velocity"
-        info = {"weights": cfg.weights or (digits.EDM_CHECKPOINT if cfg.model == "digits-edm" else digits.FLOW_CHECKPOINT)}
+        info = {"weights": cfg.weights or digits.default_checkpoint(cfg.model)}
         if cfg.model == "digits-flow":
             info["guidance_scale"] = g
         return LoadedModel(target, 100, 1.0, freeze, digits.N_CLASSES, False, info)
@@ -105,7 +118,7 @@ def load_model(cfg: E2EConfig) -> LoadedModel:
                        {"weights": cfg.weights, "guidance_scale": target.guidance_scale})
 
 
-def make_schedule(steps: int, eps: float, shift: float, diffusers_grid: bool):
+def make_schedule(steps: int, eps: float, shift: float, diffusers_grid: bool) -> "Schedule":
     """The flow-matching grid (diffusers' set_timesteps grid when ``diffusers_grid``) with churn eps."""
     from speccheck.targets.schedules import Schedule, flow_matching
     from speccheck.targets.sd3 import diffusers_flow_grid
@@ -116,7 +129,7 @@ def make_schedule(steps: int, eps: float, shift: float, diffusers_grid: bool):
 
 
 @torch.no_grad()
-def standard_sample(target, schedule, x0: torch.Tensor, cond: Optional[torch.Tensor],
+def standard_sample(target: Any, schedule: Any, x0: torch.Tensor, cond: Optional[torch.Tensor],
                     generator: torch.Generator) -> torch.Tensor:
     """The target chain: x <- a_n x + c_n v_{t_n}(x) + sigma_n z (N calls). Returns final states."""
     x = x0.clone()
@@ -162,7 +175,7 @@ def energy_distance_test(X: torch.Tensor, Y: torch.Tensor, n_perm: int, generato
             "paired": paired}
 
 
-def save_grid_png(x: torch.Tensor, path: str, nrow: int, value_range=(-1.0, 1.0)) -> None:
+def save_grid_png(x: torch.Tensor, path: str, nrow: int, value_range: tuple[float, float] = (-1.0, 1.0)) -> None:
     """Tile images x [R, C, H, W] (C in {1, 3}) into a grid PNG with ``nrow`` images per row."""
     import matplotlib
 
@@ -192,7 +205,7 @@ def _conditioning(model: LoadedModel, n: int, g: torch.Generator, name: str) -> 
     return torch.randint(0, model.n_cond, (n,), generator=g)  # paper: labels/prompts uniform
 
 
-def build_tree(cfg: E2EConfig, verifier):
+def build_tree(cfg: E2EConfig, verifier: object) -> "DraftTree":
     """(tree, description): uniform (K, L); a chain for K = 1 or a K = 1-only verifier (rmc),
     of length B(K, L) when match == 'budget', else of length L."""
     from speccheck.sampler.tree import chain, chain_matched, uniform_tree
@@ -207,20 +220,14 @@ def build_tree(cfg: E2EConfig, verifier):
     return uniform_tree(cfg.K, cfg.L)
 
 
-def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None, log=None) -> dict:
+def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
+            log: Optional[Callable[[str], None]] = None) -> dict:
     """One end-to-end cell; returns a JSON-friendly report (see module docstring)."""
     from speccheck.sampler.analysis import summarize
     from speccheck.sampler.core import SpeculativeSampler, resolve_verifier, verifier_name
     from speccheck.validation.trajectory import innovation_checks
 
-    if cfg.samples < 2:
-        raise ValueError(f"samples must be >= 2, got samples={cfg.samples}")
-    if not (0 < cfg.eps <= 1):
-        raise ValueError(f"eps must be in (0, 1] for speculation, got eps={cfg.eps}")
-    if cfg.K < 1 or cfg.L < 1:
-        raise ValueError(f"K and L must be >= 1, got K={cfg.K}, L={cfg.L}")
-    if not (0 < cfg.alpha < 1):
-        raise ValueError(f"alpha must be in (0, 1), got alpha={cfg.alpha}")
+    validate_config(cfg)
     log = log or (lambda m: None)
     model = model or load_model(cfg)
     steps = cfg.steps or model.steps
@@ -259,26 +266,27 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None, log=None) -> di
     report["summary"] = summ
     report["standard_nfe"] = {"stochastic": schedule.n_stochastic, "total": schedule.N}
 
+    level = exactness_level(cfg)
     checks = {}
     if cfg.innovation:
         t0 = time.time()
-        inn = innovation_checks(res, model.target, schedule, alpha=cfg.alpha / 2, cond=cond,
-                                label=f"({cfg.model})")
+        inn = innovation_checks(res, model.target, schedule, alpha=level, cond=cond, label=f"({cfg.model})")
         checks["innovation"] = {
-            "passed": all(r.passed for r in inn), "n_tests": len(inn), "level": inn[0].level if inn else None,
-            "min_p": min((r.p_value for r in inn), default=1.0),
+            "ran": len(inn) > 0, "passed": all(r.passed for r in inn), "n_tests": len(inn),
+            "level": inn[0].level if inn else level, "min_p": min((r.p_value for r in inn), default=float("nan")),
             "failed": [{"name": r.name, "p": r.p_value} for r in inn if not r.passed][:10],
         }
         log(f"innovation test: {time.time() - t0:.1f} s")
     if cfg.two_sample:
         ts = energy_distance_test(res.x, x_std, cfg.n_perm, torch.Generator().manual_seed(cfg.seed + 3))
-        ts["level"] = cfg.alpha / 2
+        ts["level"] = level
+        ts["ran"] = True
         ts["passed"] = bool(ts["p_value"] >= ts["level"])
         ts["n_at_least_2000"] = n >= 2000
         checks["two_sample"] = ts
+    checks["calibration"] = calibration_check(summ, level)
     report["exactness"] = checks
-    report["exact"] = all(c["passed"] for c in checks.values())
-
+    report["exact"] = verdict(checks)
     if cfg.model.startswith("digits"):
         from speccheck.targets.digits import classify_samples, fit_digit_classifier
 
@@ -289,7 +297,8 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None, log=None) -> di
     if cfg.figures:
         tag = cell_tag(cfg, verifier_name(verifier))
         m = min(n, 100)
-        order = torch.argsort(cond[:m], stable=True) if cond is not None and cfg.model.startswith("digits") else torch.arange(m)
+        by_label = cond is not None and cfg.model.startswith("digits")
+        order = torch.argsort(cond[:m], stable=True) if by_label else torch.arange(m)
         k = 10 if m >= 100 else max(1, int(math.sqrt(m)))
         imgs = {}
         for name, xs in (("speculative", res.x), ("standard", x_std)):
@@ -309,6 +318,156 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None, log=None) -> di
     return report
 
 
+EXACTNESS_TESTS = ("innovation", "two_sample")
+
+
+def _n_families(cfg: E2EConfig) -> int:
+    return int(cfg.innovation) + int(cfg.two_sample) + 1   # + the calibration test
+
+
+def exactness_level(cfg: E2EConfig) -> float:
+    """Per-family level alpha / m, m = the families that run (innovation, two-sample, calibration)."""
+    return cfg.alpha / _n_families(cfg)
+
+
+def min_n_perm(level: float) -> int:
+    """Smallest permutation count whose smallest p-value 1 / (1 + n_perm) is below ``level``."""
+    return int(math.floor(1.0 / level - 1.0)) + 1
+
+
+def check_n_perm(n_perm: int, alpha: float, families: int = 3, option: str = "n_perm") -> int:
+    """A two-sample permutation test that can fail: 1 / (1 + n_perm) < alpha / families, n_perm <= 1e5."""
+    level = alpha / families
+    need = min_n_perm(level)
+    if not need <= n_perm <= 100_000:
+        raise InputError(f"{option} must be in [{need}, 100000] so that the permutation p-value "
+                         f"(>= 1/(1 + n_perm)) can fall below the test's level {level:.3g}; got {n_perm}")
+    return n_perm
+
+
+def check_device(device: str) -> str:
+    """'cpu', 'cuda' or 'cuda:N' that exists on this machine; else DeviceError naming it."""
+    text = str(device)
+    if text == "cpu":
+        return text
+    if text != "cuda" and not (text.startswith("cuda:") and text[5:].isdigit()):
+        raise DeviceError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"--device {text}: CUDA is not available on this machine")
+    index = int(text[5:]) if ":" in text else 0
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return text
+
+
+def validate_config(cfg: E2EConfig) -> E2EConfig:
+    """Every field in its domain (InputError naming it): a cell that cannot fail is refused."""
+    if cfg.model not in MODELS:
+        raise InputError(f"unknown model {cfg.model!r}; choose from {MODELS}")
+    if not 2 <= cfg.samples <= 1_000_000:
+        raise InputError(f"samples must be in [2, 1000000], got samples={cfg.samples}")
+    if not (isinstance(cfg.eps, (int, float)) and 0 < cfg.eps <= 1):
+        raise InputError(f"eps must be in (0, 1] for speculation, got eps={cfg.eps}")
+    if not (1 <= cfg.K <= 128 and 1 <= cfg.L <= 64):
+        raise InputError(f"K must be in [1, 128] and L in [1, 64], got K={cfg.K}, L={cfg.L}")
+    if not (isinstance(cfg.alpha, (int, float)) and 0 < cfg.alpha < 1):
+        raise InputError(f"alpha must be in (0, 1), got alpha={cfg.alpha}")
+    if cfg.steps is not None and not 2 <= cfg.steps <= 10_000:
+        raise InputError(f"steps must be in [2, 10000], got steps={cfg.steps}")
+    if cfg.max_rows is not None and cfg.max_rows < 1:
+        raise InputError(f"max_rows must be >= 1 (or None), got max_rows={cfg.max_rows}")
+    if cfg.seed < 0:
+        raise InputError(f"seed must be >= 0, got seed={cfg.seed}")
+    if not (cfg.innovation or cfg.two_sample):
+        raise InputError("innovation and two_sample are both off: no exactness test would run (no verdict from "
+                         "no evidence)")
+    if cfg.two_sample:
+        check_n_perm(cfg.n_perm, cfg.alpha, _n_families(cfg))
+    return cfg
+
+
+def calibration_check(summary: dict, level: float) -> dict:
+    """The acceptance calibration z as a two-sided test at ``level``: |z| <= Phi^-1(1 - level/2).
+    Not run (``ran`` False) when there were no verification events or z is not finite."""
+    z = float(summary.get("calibration_z", float("nan")))
+    events = int(summary.get("n_events", 0) or 0)
+    threshold = float(norm.isf(level / 2))
+    ran = events > 0 and math.isfinite(z)
+    return {"ran": ran, "z": z, "threshold": threshold, "level": level, "n_events": events,
+            "passed": bool(abs(z) <= threshold) if ran else True}
+
+
+def verdict(checks: dict) -> Optional[bool]:
+    """True / False from the tests that ran; None (no verdict) when no exactness test ran."""
+    ran = {name: c for name, c in checks.items() if c.get("ran", True)}
+    if not any(name in ran for name in EXACTNESS_TESTS):
+        return None
+    return all(c["passed"] for c in ran.values())
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure (host or device) rather than a defect."""
+    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(k in text for k in ("out of memory", "can't allocate memory",
+                                                                      "not enough memory"))
+
+
+def run_e2e_grid(base: E2EConfig, verifiers: list[str], Ks: list[int], Ls: list[int], epss: list[float], *,
+                 heartbeat: Optional[Callable[[str], None]] = None,
+                 log: Optional[Callable[[str], None]] = None) -> list[dict]:
+    """Every (eps, verifier, K, L) cell on one loaded model. A cell that cannot be run (its
+    verifier does not load, or a speccheck error such as a bad value) is reported with ``error``
+    and ``error_kind`` "cannot-run"; one whose run raised anything else (a verifier returning
+    malformed outputs, a broken sampler) with "defect". All cells are validated before the
+    model loads; a missing device or out-of-memory stops the grid (DeviceError)."""
+    from speccheck.sampler.core import resolve_verifier
+
+    beat = heartbeat or (lambda label: None)
+    log = log or (lambda m: None)
+    cells = [replace(base, verifier=v, K=K, L=L, eps=e) for e in epss for v in verifiers for K in Ks for L in Ls]
+    for cfg in cells:
+        validate_config(cfg)
+    check_device(base.device)
+    beat(f"loading model {base.model}")
+    model = load_model(base)
+    reports = []
+    for cfg in cells:
+        label = f"{cfg.model} {cfg.verifier} K={cfg.K} L={cfg.L} eps={cfg.eps:g}"
+        beat(label)
+        try:
+            resolve_verifier(cfg.verifier)
+        except Exception as exc:  # noqa: BLE001 - any failure to load is "cannot run"
+            reports.append({"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}",
+                            "error_kind": "cannot-run", "exact": None})
+            log(f"{label}: error: {reports[-1]['error']}")
+            continue
+        try:
+            report = run_e2e(cfg, model, log=log)
+        except SpeccheckError as exc:
+            report = {"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}", "error_kind": "cannot-run",
+                      "exact": None}
+        except Exception as exc:  # noqa: BLE001 - code under test raised: a defect of that code
+            if out_of_memory(exc):
+                first_line = (str(exc).splitlines() or [""])[0][:200]
+                raise DeviceError(f"out of memory on {cfg.device} in cell {label}; reduce --max-rows or --samples "
+                                  f"({type(exc).__name__}: {first_line})") from None
+            report = {"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}", "error_kind": "defect",
+                      "exact": False}
+        if "error" in report:
+            log(f"{label}: error: {report['error']}")
+        reports.append(report)
+    return reports
+
+
+def grid_exit_code(reports: list[dict]) -> int:
+    """2 if a cell could not run or has no verdict, else 1 if a cell is not exact, else 0."""
+    if not reports or any(r.get("error_kind") == "cannot-run" or r.get("exact") is None for r in reports):
+        return 2
+    return 0 if all(r.get("exact") is True for r in reports) else 1
+
+
 def cell_tag(cfg: E2EConfig, vname: str) -> str:
     mut = f"_mutant-{cfg.sampler_mutant}" if cfg.sampler_mutant else ""
     g = f"_g{cfg.guidance:g}" if cfg.guidance is not None else ""
@@ -321,7 +480,8 @@ def format_report(r: dict) -> str:
     s = r["summary"]
     c = r["config"]
     lines = [
-        f"{c['model']} {r['protocol']['verifier']} {r['protocol']['tree']['tree']} eps={c['eps']} n={s['trajectories']} "
+        f"{c['model']} {r['protocol']['verifier']} {r['protocol']['tree']['tree']} eps={c['eps']} "
+        f"n={s['trajectories']} "
         f"freeze={r['protocol']['freeze']} leaves={r['protocol']['leaves']} prefetch={r['protocol']['prefetch']}"
         + (f" MUTANT={c['sampler_mutant']}" if c.get("sampler_mutant") else ""),
         f"  speed-up {s['speedup']:.3f} +- {s['speedup_se']:.3f} (stochastic steps {s['stochastic_steps']} / NFE "
@@ -332,12 +492,19 @@ def format_report(r: dict) -> str:
     ex = r["exactness"]
     if "innovation" in ex:
         i = ex["innovation"]
-        lines.append(f"  innovation test: {'PASS' if i['passed'] else 'FAIL'} ({i['n_tests']} tests, min p {i['min_p']:.2e}, "
+        status = ("PASS" if i["passed"] else "FAIL") if i.get("ran", True) else "NOT RUN (no strata)"
+        lines.append(f"  innovation test: {status} ({i['n_tests']} tests, min p {i['min_p']:.2e}, "
                      f"level {i['level']:.1e})")
     if "two_sample" in ex:
         t = ex["two_sample"]
         lines.append(f"  energy two-sample (paired, n={t['n']}): {'PASS' if t['passed'] else 'FAIL'} "
                      f"E={t['energy_distance']:.3e} p={t['p_value']:.4f}")
+    cal = ex.get("calibration")
+    if cal and cal.get("ran"):
+        lines.append(f"  calibration test: {'PASS' if cal['passed'] else 'FAIL'} (|z| {abs(cal['z']):.2f} vs "
+                     f"threshold {cal['threshold']:.2f})")
+    verdict_text = {True: "exact", False: "NOT EXACT", None: "no verdict (no exactness test ran)"}[r.get("exact")]
+    lines.append(f"  verdict: {verdict_text}")
     if "digit_label_agreement" in r:
         d = r["digit_label_agreement"]
         lines.append(f"  digit label agreement: speculative {d['speculative']:.3f}, standard {d['standard']:.3f}")
@@ -345,7 +512,8 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_json(report: dict, path: str) -> None:
+def write_json(report: dict | list, path: str) -> None:
+    """Write ``report`` (one cell or a list) as JSON, creating the folder."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=2, default=float)
@@ -370,7 +538,7 @@ def markdown_table(reports: list[dict]) -> str:
             f"| {c['model']} | {p['verifier']}{mut} | {p['tree']['tree']} | {p['tree']['B']} | {c['eps']:g} "
             f"| {s['trajectories']} | {s['speedup']:.3f} +- {s['speedup_se']:.3f} | {s['predicted_speedup']:.3f} "
             f"| {s['nfe_mean']:.2f} / {s['predicted_nfe']:.2f} | {s['calibration_z']:+.2f} | {inn_s} | {ts_s} "
-            f"| {'exact' if r['exact'] else 'FAIL'} |"
+            f"| {{True: 'exact', False: 'FAIL', None: 'no verdict'}}[r['exact']] |"
         )
     return "\n".join(rows)
 
@@ -387,7 +555,8 @@ def plot_speedups(reports: list[dict], path: str, title: str = "") -> None:
         if r["config"].get("sampler_mutant") or "error" in r:
             continue
         key = (r["protocol"]["verifier"], r["config"]["eps"])
-        groups.setdefault(key, []).append((r["protocol"]["tree"]["B"], r["summary"]["speedup"], r["summary"]["speedup_se"]))
+        point = (r["protocol"]["tree"]["B"], r["summary"]["speedup"], r["summary"]["speedup_se"])
+        groups.setdefault(key, []).append(point)
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for (ver, eps), pts in sorted(groups.items()):
         pts.sort()

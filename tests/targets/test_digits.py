@@ -61,7 +61,7 @@ def test_errors(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["digits-edm", "digits-flow"])
-def test_shipped_checkpoints_learned_digits(kind):
+def test_shipped_checkpoints_learned_digits(kind, monkeypatch):
     """Classifier agreement of 100 conditional samples (10 per digit, 20-step chain).
     H0 'the model learned' is taken as agreement >= 0.75 (the shipped models measure 0.998 and 0.842
     with n = 500, see speccheck/data/README.md); the threshold is the 1e-4 lower quantile of
@@ -70,9 +70,50 @@ def test_shipped_checkpoints_learned_digits(kind):
     assert os.path.getsize(path) < 3_000_000
     meta = torch.load(path, weights_only=True)["meta"]
     assert "seed" in meta and "steps" in meta
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", "")  # the shipped checkpoint, not a user-trained one
     target = D.digits_target(kind)
     assert isinstance(target, EDMTarget if kind == "digits-edm" else SD3Target)
     out = D.heldout_check(target, n_per_class=10, steps=20, eps=0.3, seed=5)
     k_min = stats.binom.ppf(1e-4, 100, 0.75)
     assert out["label_agreement"] * 100 >= k_min, out
     assert out["classifier_heldout_accuracy"] > 0.9
+
+
+def test_training_writes_to_the_user_cache_never_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    assert D.user_checkpoint_dir() == str(tmp_path / "cache" / "digits")
+    assert D.default_checkpoint("digits-edm") == D.EDM_CHECKPOINT  # nothing trained yet: the shipped one
+    shipped = os.path.getmtime(D.EDM_CHECKPOINT)
+    report = D.train_and_save(which="edm", steps_edm=2, batch=8, check_per_class=0)
+    path = report["digits-edm"]["path"]
+    assert path == str(tmp_path / "cache" / "digits" / "digits_edm.pt") and os.path.isfile(path)
+    assert D.default_checkpoint("digits-edm") == path  # the user's checkpoint is preferred once it exists
+    assert os.path.getmtime(D.EDM_CHECKPOINT) == shipped
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", "")
+    with pytest.raises(D.InputError, match="--out"):
+        D.user_checkpoint_dir()
+    assert D.default_checkpoint("digits-flow") == D.FLOW_CHECKPOINT
+
+
+def test_non_finite_loss_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "_edm_loss", lambda model, x0, labels, g: torch.tensor(float("nan"), requires_grad=True))
+    with pytest.raises(D.TrainingDivergedError, match="loss is nan at step 0"):
+        D.train_and_save(which="edm", out_dir=str(tmp_path), steps_edm=3, batch=8, check_per_class=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kw, match", [({"steps": 0}, "steps"), ({"batch": 0}, "batch"), ({"batch": -4}, "batch"),
+                                       ({"seed": -1}, "seed")])
+def test_training_options_are_checked(kw, match):
+    with pytest.raises(D.InputError, match=match):
+        D.train_digits_edm(**{"steps": 2, "batch": 8, **kw})
+
+
+def test_cli_train_digits(tmp_path, capsys):
+    from speccheck.cli import main
+
+    assert main(["train-digits", "--which", "edm", "--steps-edm", "1", "--batch", "8", "--check-per-class", "0",
+                 "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "digits_edm.pt").is_file()
+    assert main(["train-digits", "--batch", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "--batch" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -1,5 +1,7 @@
 """`speccheck battery` exit codes (0 pass, 1 defect, 2 cannot load / bad options), JSON and
-JUnit output, and a rule defined outside the package (``--verifier module:attr``)."""
+JUnit output, and a rule defined outside the package (``--verifier module:attr``). The rule
+runs in the isolated worker (speccheck.isolation), which inherits this process's sys.path.
+Hostile rules (exit, crash, hang, bad outputs) are in tests/cli/."""
 
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ def outside(tmp_path, monkeypatch):
 def test_exit_codes_in_process(outside, capsys):
     suite = str(outside / "tiny.toml")
     j, x = outside / "r.json", outside / "r.xml"
-    assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite,
+    assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite, "--verbose",
                      "--json", str(j), "--junit", str(x)]) == 0
     out = capsys.readouterr().out
     assert "RESULT: PASS" in out and "seed=5" in out and "min.det.dev" in out
@@ -87,6 +89,8 @@ def test_exit_codes_in_process(outside, capsys):
     assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", "no-such-suite"]) == 2
     assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite, "--device", "tpu"]) == 2
     assert cli.main(["battery", "--suite", suite]) == 2
+    assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--mutants", "--suite", suite]) == 2
+    assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite, "--layers", "nope"]) == 2
     if not __import__("torch").cuda.is_available():
         assert cli.main(["battery", "--verifier", "outside_rules:Fresh", "--suite", suite, "--device", "cuda"]) == 2
     assert "error" in capsys.readouterr().err

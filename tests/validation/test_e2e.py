@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("sklearn")
 
 from speccheck.cli import main  # noqa: E402
+from speccheck.errors import InputError  # noqa: E402
 from speccheck.validation import e2e  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -51,7 +52,8 @@ def digits_edm():
 
 
 def _cfg(**kw):
-    base = dict(model="digits-edm", verifier="dgrs", K=2, L=3, eps=0.3, samples=200, steps=16, n_perm=200, alpha=1e-3)
+    # n_perm 3000: the smallest permutation p-value 1/3001 is below the two-sample level 1e-3 / 3
+    base = dict(model="digits-edm", verifier="dgrs", K=2, L=3, eps=0.3, samples=200, steps=16, n_perm=3000, alpha=1e-3)
     return e2e.E2EConfig(**{**base, **kw})
 
 
@@ -65,7 +67,9 @@ def test_e2e_digits_edm_exact_and_calibrated(digits_edm, tmp_path):
     assert abs(s["calibration_z"]) < 4.5, s
     assert abs(s["nfe_z"]) < 4.5 or abs(s["nfe_mean"] - s["predicted_nfe"]) < 0.02 * s["nfe_mean"], s
     assert 1.0 < s["speedup"] <= s["stochastic_steps"]
-    assert r["exact"], r["exactness"]
+    assert r["exact"] is True, r["exactness"]
+    cal = r["exactness"]["calibration"]
+    assert cal["ran"] and cal["passed"] and cal["level"] == pytest.approx(1e-3 / 3)
     assert r["digit_label_agreement"]["speculative"] > 0.7
     assert all(os.path.isfile(p) for p in r["figures"].values())
     assert "varsigma" not in r  # report is JSON-friendly
@@ -78,8 +82,76 @@ def test_mutant_sampler_is_caught(digits_edm):
     deviation is a variance error at every deep commit; the smallest innovation p-value
     underflows to 0 on this seed (measured 2026-11-29)."""
     r = e2e.run_e2e(_cfg(sampler_mutant="wrong-noise-index", two_sample=False), digits_edm)
-    assert not r["exact"]
+    assert r["exact"] is False
     assert not r["exactness"]["innovation"]["passed"]
+
+
+def test_no_verdict_from_no_evidence(digits_edm):
+    """Options under which no test can fail are refused before any sampling (issue 15.3)."""
+    with pytest.raises(InputError, match="no exactness test"):
+        e2e.run_e2e(_cfg(innovation=False, two_sample=False), digits_edm)
+    for n_perm in (0, 1, 2999):  # p >= 1/(1 + n_perm) could never fall below 1e-3 / 3
+        with pytest.raises(InputError, match="n_perm must be in \\[3000, 100000\\]"):
+            e2e.run_e2e(_cfg(n_perm=n_perm), digits_edm)
+    with pytest.raises(InputError, match="samples"):
+        e2e.run_e2e(_cfg(samples=1), digits_edm)
+    assert main(["e2e", "--model", "digits-edm", "--n-perm", "0"]) == 2
+    assert main(["e2e", "--model", "digits-edm", "--no-innovation", "--no-two-sample"]) == 2
+
+
+def test_verdict_only_from_tests_that_ran():
+    level = 0.01 / 3
+    far = e2e.calibration_check({"calibration_z": 22.0, "n_events": 500}, level)
+    assert far["ran"] and not far["passed"] and far["threshold"] == pytest.approx(2.9352, abs=1e-3)
+    near = e2e.calibration_check({"calibration_z": -1.0, "n_events": 500}, level)
+    assert near["passed"]
+    none = e2e.calibration_check({"calibration_z": float("nan"), "n_events": 0}, level)
+    assert not none["ran"]
+    passing = {"ran": True, "passed": True}
+    assert e2e.verdict({"two_sample": passing, "calibration": far}) is False  # calibration z 22: a failure
+    assert e2e.verdict({"two_sample": passing, "calibration": near}) is True
+    assert e2e.verdict({"two_sample": passing, "calibration": none}) is True
+    assert e2e.verdict({"calibration": near}) is None  # calibration alone is no exactness evidence
+    assert e2e.verdict({"innovation": {"ran": False, "passed": True, "n_tests": 0}, "calibration": near}) is None
+    assert e2e.grid_exit_code([{"exact": True}, {"exact": True}]) == 0
+    assert e2e.grid_exit_code([{"exact": True}, {"exact": False}]) == 1
+    assert e2e.grid_exit_code([{"exact": False}, {"exact": None}]) == 2
+    assert e2e.grid_exit_code([{"exact": True, "error": "x", "error_kind": "cannot-run"}]) == 2
+    assert e2e.grid_exit_code([]) == 2
+
+
+def test_grid_cells_that_break(digits_edm, monkeypatch):
+    """A verifier that cannot be loaded: cannot-run (exit 2); one that returns garbage: a defect."""
+    monkeypatch.setattr(e2e, "load_model", lambda cfg: digits_edm)
+    base = _cfg(samples=20, steps=8, n_perm=3000)
+    reports = e2e.run_e2e_grid(base, ["no_such_module_xyz:R", "tests.cli.hostile:ReturnsNone"], [2], [2], [0.3])
+    kinds = [r.get("error_kind") for r in reports]
+    assert kinds == ["cannot-run", "defect"], reports
+    assert e2e.grid_exit_code(reports) == 2 and e2e.grid_exit_code(reports[1:]) == 1
+
+
+def test_out_of_memory_stops_the_grid_as_exit_2(digits_edm, monkeypatch):
+    """An allocation failure is no verdict on the verifier (DeviceError, exit 2), not a defect."""
+    from speccheck.errors import DeviceError
+
+    assert e2e.out_of_memory(MemoryError()) and e2e.out_of_memory(RuntimeError("CUDA out of memory. Tried"))
+    assert e2e.out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 TB"))
+    assert not e2e.out_of_memory(RuntimeError("shape mismatch")) and not e2e.out_of_memory(ValueError("memory"))
+    monkeypatch.setattr(e2e, "load_model", lambda cfg: digits_edm)
+
+    def oom(cfg, model, log=None):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 TB")
+
+    monkeypatch.setattr(e2e, "run_e2e", oom)
+    with pytest.raises(DeviceError, match="out of memory on cpu in cell digits-edm dgrs K=2 L=3"):
+        e2e.run_e2e_grid(_cfg(), ["dgrs"], [2], [3], [0.3])
+
+
+def test_cli_e2e_verifier_that_exits_is_exit_2(capsys):
+    code = main(["e2e", "--model", "digits-edm", "--verifier", "tests.cli.hostile:SysExitZero", "--samples", "20",
+                 "--steps", "8", "--n-perm", "400", "--no-innovation"])
+    err = capsys.readouterr().err
+    assert code == 2 and "sys.exit(0)" in err and "no verdict" in err, err
 
 
 def test_bad_options(digits_edm):
@@ -106,11 +178,12 @@ def test_sd35_path_on_a_tiny_local_directory(tmp_path):
         pos_embed_max_size=8)
     model.save_pretrained(str(tmp_path / "transformer"))
     g = torch.Generator().manual_seed(1)
-    torch.save({"prompt_embeds": torch.randn(3, 4, 16, generator=g), "pooled_prompt_embeds": torch.randn(3, 8, generator=g),
+    torch.save({"prompt_embeds": torch.randn(3, 4, 16, generator=g),
+                "pooled_prompt_embeds": torch.randn(3, 8, generator=g),
                 "negative_prompt_embeds": torch.randn(4, 16, generator=g),
                 "negative_pooled_prompt_embeds": torch.randn(8, generator=g)}, tmp_path / "emb.pt")
     cfg = e2e.E2EConfig(model="sd35-medium", weights=str(tmp_path), embeddings=str(tmp_path / "emb.pt"),
-                        verifier="dgrs", K=2, L=2, eps=0.8, samples=4, steps=6, two_sample=False, innovation=False)
+                        verifier="dgrs", K=2, L=2, eps=0.8, samples=4, steps=6, n_perm=400, innovation=False)
     r = e2e.run_e2e(cfg)
     assert r["model"]["guidance_scale"] == 7.0 and r["state_shape"] == [16, 64, 64]
     assert r["protocol"]["schedule"]["grid"] == "diffusers-flow(shift=3.0)"

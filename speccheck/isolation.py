@@ -1,0 +1,238 @@
+"""Run user-supplied code in a child process that cannot decide the parent's exit code.
+
+A job is a function ``job(heartbeat, **kwargs) -> dict`` named by ``"package.module:function"``.
+:func:`run_isolated` starts it in a fresh ``spawn`` process and waits. The parent runs none of
+the user's code: it receives only JSON bytes over a pipe (it never unpickles what the child
+sends), so whatever the child does, the parent's outcome is one of
+
+- the job's JSON result (the only way to a verdict);
+- a :class:`~speccheck.errors.SpeccheckError` the job raised (re-raised with the same class
+  and message: a bad option, an unloadable verifier, ...);
+- :class:`~speccheck.errors.IsolatedCodeError` naming what happened: ``sys.exit`` /
+  ``os._exit`` before a result (even with status 0), death by a signal (segfault, OOM killer),
+  ``MemoryError`` (the child's address space is capped at a stated fraction of physical
+  memory), any other exception, or a *unit* that ran longer than ``timeout`` seconds.
+
+Units: the job calls ``heartbeat(label)`` when it starts a unit of work (a battery cell, a
+grid cell); each unit, and the stretch before the first heartbeat, must finish within
+``timeout`` seconds, else the child is killed and the error names the unit. Starting the
+interpreter and importing ``preload`` modules has its own allowance (``startup_s``), so a
+small ``timeout`` is not eaten by ``import torch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from speccheck import errors
+
+DEFAULT_MEMORY_FRACTION = 0.8
+_POLL_S = 0.25
+
+
+def physical_memory_bytes() -> Optional[int]:
+    """Total physical memory (``os.sysconf``), or None where the platform does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def memory_limit_bytes(fraction: Optional[float] = DEFAULT_MEMORY_FRACTION) -> Optional[int]:
+    """``fraction`` of physical memory as a byte limit; None for no limit (``fraction`` None or 0)."""
+    if not fraction:
+        return None
+    if not (0 < fraction <= 1):
+        raise errors.InputError(f"memory fraction must be in (0, 1], got {fraction}")
+    total = physical_memory_bytes()
+    return None if total is None else int(fraction * total)
+
+
+def _send(conn: Any, message: dict) -> None:
+    conn.send_bytes(json.dumps(message, default=_json_default, allow_nan=True).encode())
+
+
+def _json_default(obj: Any) -> Any:
+    try:
+        return float(obj)
+    except (TypeError, ValueError):
+        return repr(obj)
+
+
+def _import_job(job: str) -> Callable[..., dict]:
+    module_name, _, attr = job.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memory_limit: Optional[int]) -> None:
+    """The child's entry point: every way out sends one message or dies (the parent sees EOF)."""
+    try:
+        if memory_limit:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        for name in preload:
+            importlib.import_module(name)
+        _send(conn, {"kind": "started"})
+        func = _import_job(job)
+        value = func(lambda label: _send(conn, {"kind": "beat", "label": str(label)}), **kwargs)
+        _send(conn, {"kind": "result", "value": value})
+    except SystemExit as exc:
+        _send(conn, {"kind": "exit", "code": repr(exc.code)})
+    except MemoryError as exc:
+        _send(conn, {"kind": "memory", "message": str(exc)[:500]})
+    except errors.SpeccheckError as exc:
+        _send(conn, {"kind": "error", "type": type(exc).__name__, "speccheck": True, "message": str(exc)})
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, never re-raised here
+        tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        _send(conn, {"kind": "error", "type": type(exc).__name__, "speccheck": False,
+                     "is_value_error": isinstance(exc, ValueError), "message": str(exc)[:2000],
+                     "traceback": tail[:2000]})
+    finally:
+        conn.close()
+
+
+def _stop(proc: Any) -> None:
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(2.0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(2.0)
+
+
+def _death_message(exitcode: Optional[int], what: str) -> str:
+    """Why a child that sent no result ended, from its exit status."""
+    if exitcode is None:
+        return f"{what} left the worker process in an unknown state before the job finished; no verdict"
+    if exitcode == 0:
+        return (f"{what} exited the process (sys.exit(0) or os._exit(0)) before the job finished; "
+                "no result was produced, so there is no verdict")
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (out of memory?)" if name == "SIGKILL" else " (a crash in native code?)" if name == "SIGSEGV" else ""
+        return f"{what} killed the worker process with {name}{hint} before the job finished; no verdict"
+    return (f"{what} exited the process with status {exitcode} (sys.exit/os._exit) before the job finished; "
+            "no verdict")
+
+
+def _raise_from_message(message: dict, what: str) -> None:
+    kind = message.get("kind")
+    if kind == "exit":
+        raise errors.IsolatedCodeError(f"{what} called sys.exit({message.get('code')}) before the job finished; "
+                                       "no result was produced, so there is no verdict")
+    if kind == "memory":
+        raise errors.IsolatedCodeError(f"{what} ran out of memory (MemoryError: {message.get('message', '')}); "
+                                       "the worker's memory is capped at a fraction of physical memory")
+    type_name = str(message.get("type", "Exception"))
+    text = str(message.get("message", ""))
+    if message.get("speccheck"):
+        cls = getattr(errors, type_name, None)
+        if isinstance(cls, type) and issubclass(cls, errors.SpeccheckError):
+            raise cls(text)
+        raise errors.SpeccheckError(text)
+    if message.get("is_value_error"):
+        raise errors.InputError(text)
+    raise errors.IsolatedCodeError(f"{what} raised {type_name}: {text}")
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Start the child without re-running the caller's ``__main__`` (spawn would import it
+    again, so a script that calls :func:`run_isolated` without a ``__main__`` guard would
+    recurse). The job is named by module path and needs nothing from ``__main__``."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__spec__" not in saved:
+                main.__dict__.pop("__spec__", None)
+
+
+def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, what: str = "user code",
+                 preload: Sequence[str] = (), startup_s: float = 180.0,
+                 memory_fraction: Optional[float] = DEFAULT_MEMORY_FRACTION,
+                 on_beat: Optional[Callable[[str], None]] = None) -> dict:
+    """Run ``job(heartbeat, **kwargs)`` in a spawned child and return its JSON result.
+
+    ``timeout`` (seconds, > 0) bounds every unit between heartbeats; ``startup_s`` bounds the
+    interpreter start plus ``preload`` imports; ``memory_fraction`` caps the child's address
+    space (``RLIMIT_AS``) at that fraction of physical memory (None: no cap; use None for CUDA,
+    whose driver maps large virtual ranges). ``what`` names the code in messages ("verifier
+    'pkg.mod:Rule'"). Raises the job's own SpeccheckError, or IsolatedCodeError (exit code 2).
+    """
+    if not (isinstance(timeout, (int, float)) and timeout > 0 and timeout == timeout and timeout != float("inf")):
+        raise errors.InputError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    limit = memory_limit_bytes(memory_fraction)
+    ctx = multiprocessing.get_context("spawn")
+    parent_conn, child_conn = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(child_conn, job, dict(kwargs or {}), tuple(preload), limit),
+                       daemon=True, name=f"speccheck-isolated-{job}")
+    with _main_hidden():
+        proc.start()
+    child_conn.close()
+    label, budget = "starting the worker process", startup_s
+    unit_start = time.monotonic()
+    try:
+        while True:
+            remaining = unit_start + budget - time.monotonic()
+            if remaining <= 0:
+                _stop(proc)
+                which = "the timeout" if budget == timeout else "the worker's start-up allowance"
+                raise errors.IsolatedCodeError(
+                    f"{what}: unit '{label}' ran longer than {which} ({budget:g} s; --timeout sets the timeout) "
+                    "and was stopped; no verdict")
+            if not parent_conn.poll(min(remaining, _POLL_S)):
+                if not proc.is_alive() and not parent_conn.poll(0):
+                    break
+                continue
+            try:
+                message = json.loads(parent_conn.recv_bytes().decode())
+            except (EOFError, OSError):
+                break
+            except ValueError as exc:
+                _stop(proc)
+                raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
+            kind = message.get("kind")
+            if kind == "started":
+                label, budget, unit_start = "loading", timeout, time.monotonic()
+            elif kind == "beat":
+                label, budget, unit_start = str(message.get("label", "?")), timeout, time.monotonic()
+                if on_beat is not None:
+                    on_beat(label)
+            elif kind == "result":
+                proc.join(5.0)
+                _stop(proc)
+                value = message.get("value")
+                if not isinstance(value, dict):
+                    raise errors.IsolatedCodeError(f"{what}: the worker returned {type(value).__name__}, not a result")
+                return value
+            else:
+                proc.join(5.0)
+                _stop(proc)
+                _raise_from_message(message, what)
+        proc.join(5.0)
+        exitcode = proc.exitcode
+        _stop(proc)
+        raise errors.IsolatedCodeError(_death_message(exitcode, what))
+    finally:
+        _stop(proc)
+        parent_conn.close()

@@ -1,0 +1,5 @@
+"""A verifier module that calls sys.exit(0) while being imported."""
+
+import sys
+
+sys.exit(0)
