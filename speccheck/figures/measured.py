@@ -1,7 +1,7 @@
 """Measured speed-up figures (4 overlay, 5, 6) from a sampler sweep on the Gaussian mixture.
 
-The data come from :func:`speccheck.scale.sweep.sweep` (resumable: a sweep folder can
-be reused with ``--sweep DIR``); the tables here are per-cell summaries of that sweep: mean
+The data come from a sweep job in a results store (:func:`speccheck.scale.jobs.run_sweep`;
+resumable: a store or folder can be reused with ``--sweep``); the tables here are per-cell summaries of that sweep: mean
 speed-up over trajectories, its standard error, the B of the tree (or matched chain) that ran,
 and the sampler's own theory prediction (DP with measured acceptance).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from speccheck.figures.theory_figs import (
     FRONTIER_WARMUP,
     compute_frontier_theory,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -64,32 +68,44 @@ def sweep_spec(cfg: FigureConfig) -> SweepSpec:
 def measured_cells(cfg: FigureConfig) -> tuple[Table, dict]:
     """Run (or resume) the sweep and return its per-cell summary as a Table, plus the protocol.
 
-    Cached in ``cfg.cache`` so figures 4-6 share one sweep per run."""
+    ``cfg.sweep_dir``: a results-store file, a folder (its ``sweep.sqlite`` store is created or
+    resumed) or a CSV sweep folder of an earlier speccheck (read only). Cached in ``cfg.cache`` so
+    figures 4-6 share one sweep per run."""
     spec = sweep_spec(cfg)
     key = ("sweep", spec)
     if key in cfg.cache:
         return cfg.cache[key]
     from dataclasses import asdict
 
+    from speccheck.errors import FileFormatError
     from speccheck.sampler.experiments import preset
-    from speccheck.scale.sweep import sweep, write_summary
+    from speccheck.scale.jobs import export_trajectories, load_sweep, run_sweep
 
     proto = preset(spec.target)
-    out_dir = cfg.sweep_dir
-    if out_dir is None:  # removed by render() at the end of the run
-        out_dir = tempfile.mkdtemp(prefix="speccheck-figures-sweep-")
-        cfg.cache.setdefault("_tmp_dirs", []).append(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    if cfg.sweep_run:
+    where = cfg.sweep_dir
+    if where is None:  # removed by render() at the end of the run
+        where = tempfile.mkdtemp(prefix="speccheck-figures-sweep-")
+        cfg.cache.setdefault("_tmp_dirs", []).append(where)
+    legacy = (os.path.isdir(where) and os.path.exists(os.path.join(where, "trajectories.csv"))
+              and not os.path.exists(os.path.join(where, "sweep.sqlite")))
+    store = where if os.path.isfile(where) or legacy else os.path.join(where, "sweep.sqlite")
+    job = f"{spec.target}-{proto.key()}-n{spec.n_traj}-seed{spec.seed}"
+    if not cfg.sweep_run and not os.path.exists(store):
+        raise FileFormatError(f"--sweep {where}: no sweep there (a results store file, a folder with sweep.sqlite, "
+                              "or a CSV sweep folder); drop --no-sweep-run to run it")
+    if cfg.sweep_run and not legacy:
         cfg.log(f"[figures] sweep {spec.rules} K={list(spec.Ks)} L={list(spec.Ls)} x {spec.n_traj} trajectories "
-                f"on {spec.target} -> {out_dir}")
-        sweep(proto, list(spec.rules), spec.Ks, spec.Ls, spec.n_traj, spec.seed, out_dir,
-              log=lambda m: cfg.log(f"  {m}"))
-    elif cfg.sweep_dir is None:
-        raise ValueError("sweep_run=False needs sweep_dir (an existing sweep folder)")
-    else:
-        _check_protocol(out_dir, proto, spec)
-    summary = write_summary(out_dir)
+                f"on {spec.target} -> {store}")
+        cells = [(K, L) for K in spec.Ks for L in spec.Ls]
+        run_sweep(proto, list(spec.rules), cells, spec.n_traj, spec.seed, store=store, name=job,
+                  log=lambda m: cfg.log(f"  {m}"))
+        if os.path.isdir(where):  # the per-trajectory CSV behind the figures, beside the store
+            export_trajectories(store, job, os.path.join(where, "trajectories.csv"))
+    elif legacy and cfg.sweep_run:
+        cfg.log(f"[figures] {where} is a CSV sweep folder of an earlier speccheck: read only (missing cells are "
+                "not run; import it with `speccheck sweep --convert`)")
+    summary, stored_spec = load_sweep(store, None if legacy else job)
+    _check_protocol(where, proto, spec, stored_spec)
     want = {(r, K, L) for r in spec.rules for K in spec.Ks for L in spec.Ls}
     rows = []
     for s in summary:
@@ -99,31 +115,28 @@ def measured_cells(cfg: FigureConfig) -> tuple[Table, dict]:
             rows.append({c: s[c] for c in CELL_COLUMNS} | {"rule": key_[0]})
     rows = [r for r in rows if r["trajectories"] >= spec.n_traj]  # complete cells only
     missing = sorted(want - {(r["rule"], r["K"], r["L"]) for r in rows})
-    if missing and (cfg.sweep_run or not rows):
-        raise RuntimeError(f"sweep in {out_dir} lacks cells {missing[:5]} (rule names: "
-                           f"{sorted({str(s['rule']) for s in summary})})")
+    if missing and ((cfg.sweep_run and not legacy) or not rows):
+        raise FileFormatError(f"sweep {store} lacks cells {missing[:5]} (rule names: "
+                              f"{sorted({str(s['rule']) for s in summary})})")
     rows.sort(key=lambda r: (spec.rules.index(r["rule"]), r["K"], r["L"]))
     table = Table.from_rows(rows, CELL_COLUMNS)
-    info = {"protocol": asdict(proto), "sweep": asdict(spec), "sweep_dir": out_dir,
-            "schedule": proto.schedule().describe(), "missing": [list(m) for m in missing]}
+    info = {"protocol": asdict(proto), "sweep": asdict(spec), "sweep_dir": where, "sweep_store": store,
+            "sweep_job": job, "schedule": proto.schedule().describe(), "missing": [list(m) for m in missing]}
     cfg.cache[key] = (table, info)
     return table, info
 
 
-def _check_protocol(out_dir: str, proto, spec: SweepSpec) -> None:
-    """A read-only sweep folder must hold this protocol and seed (its protocol.json)."""
-    import json
+def _check_protocol(where: str, proto, spec: SweepSpec, stored: dict) -> None:  # noqa: ANN001
+    """The stored sweep must hold this protocol and seed."""
     from dataclasses import asdict
 
-    path = os.path.join(out_dir, "protocol.json")
-    if not os.path.exists(path):
-        raise ValueError(f"{out_dir} is not a sweep folder (no protocol.json)")
-    with open(path) as f:
-        old = json.load(f)
+    from speccheck.errors import FileFormatError
+
     mine = {**asdict(proto), "seed": spec.seed}
-    diff = {k: (old.get(k), v) for k, v in mine.items() if old.get(k) != v}
+    theirs = {**stored.get("protocol", {}), "seed": stored.get("seed")}
+    diff = {k: (theirs.get(k), v) for k, v in mine.items() if k != "d" and theirs.get(k) != v}
     if diff:
-        raise ValueError(f"{out_dir} holds a sweep with another protocol (theirs, ours): {diff}")
+        raise FileFormatError(f"--sweep {where} holds a sweep with another protocol (theirs, ours): {diff}")
 
 
 def _protocol_note(info: dict) -> str:
@@ -154,7 +167,7 @@ def compute_frontier(cfg: FigureConfig) -> FigureData:
     return FigureData(tables, notes=notes, meta={"deltas": list(FRONTIER_DELTAS), "N": FRONTIER_N})
 
 
-def draw_frontier(data: FigureData):
+def draw_frontier(data: FigureData) -> Figure:
     t = data.main
     fig, ax = new_figure(width=9.0, height=6.0)
     delta_colors = [OKABE_ITO[c] for c in ("orange", "green", "purple", "yellow")]
@@ -203,8 +216,8 @@ def draw_frontier(data: FigureData):
     leg1 = ax.legend(handles=theory_handles + style_handles, loc="upper left", fontsize=10)
     ax.add_artist(leg1)
     if meas_handles:
-        ax.legend(handles=meas_handles, loc="lower right", fontsize=10, frameon=True, framealpha=0.9, title="mixture, mean $\\pm$ SE",
-                  title_fontsize=10)
+        ax.legend(handles=meas_handles, loc="lower right", fontsize=10, frameon=True, framealpha=0.9,
+                  title="mixture, mean $\\pm$ SE", title_fontsize=10)
     return fig
 
 
@@ -255,7 +268,7 @@ def _grid(s: Table, col: str, Ks, Ls) -> np.ndarray:
     return G
 
 
-def draw_heatmaps(data: FigureData):
+def draw_heatmaps(data: FigureData) -> Figure:
     import matplotlib
 
     t = data.main
@@ -298,7 +311,7 @@ def compute_speedup_vs_K(cfg: FigureConfig) -> FigureData:
     return FigureData({"main": cells}, notes=[_protocol_note(info)], meta={"sweep": info["sweep"]})
 
 
-def draw_speedup_vs_K(data: FigureData):
+def draw_speedup_vs_K(data: FigureData) -> Figure:
     import matplotlib
 
     t = data.main

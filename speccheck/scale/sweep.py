@@ -1,144 +1,60 @@
 """Resumable (rule, K, L) speed-up sweeps on the Gaussian-mixture presets, and their summaries.
 
-Moved here from ``speccheck.sampler.experiments`` (which keeps the single-cell runs): sweeps are
-heavy, multi-cell jobs and belong with the scale-out machinery.
+Moved here from ``speccheck.sampler.experiments`` (which keeps the single-cell runs). A sweep is
+a job of ``sweep-cell`` units (:mod:`speccheck.scale.jobs`) stored in a results store; this
+module keeps the folder-based entry point (a store inside the folder), the protocol-sensitivity
+table and the comparison with the paper's numbers.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
 import os
 from dataclasses import asdict
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from speccheck.sampler.core import resolve_verifier, verifier_name
-from speccheck.sampler.experiments import Protocol, preset, run_cells
-from speccheck.targets.gmm import gmm_preset
+from speccheck.sampler.experiments import Protocol, preset
+
+if TYPE_CHECKING:
+    from speccheck.scale.executors import Executor
 
 # ---------------------------------------------------------------------------- sweeps
-TRAJ_FIELDS = ["rule", "K", "L", "tree", "B", "rows_per_round", "seed", "traj", "nfe", "root_calls",
-               "det_calls", "rounds", "accepted", "verified", "stochastic_steps", "speedup"]
-
-
-def _cell_seed(seed: int, rule: str, K: int) -> int:
-    h = hashlib.sha1(f"{seed}/{rule}/{K}".encode()).hexdigest()
-    return int(h[:8], 16)
+STORE_FILE = "sweep.sqlite"
 
 
 def sweep(proto: Protocol, verifiers: Sequence[str], Ks: Iterable[int], Ls: Iterable[int],
           n_traj: int, seed: int, out_dir: str, cells: Optional[Sequence[tuple[int, int]]] = None,
-          log=print) -> str:
-    """Run every (rule, K, L) cell not yet complete in ``out_dir``; append one row per trajectory
-    to trajectories.csv (resumable), then rewrite summary.csv / summary.md. Returns out_dir."""
-    os.makedirs(out_dir, exist_ok=True)
-    ppath = os.path.join(out_dir, "protocol.json")
-    if os.path.exists(ppath):
-        old = json.load(open(ppath))
-        mine = {**asdict(proto), "seed": seed}
-        diff = {k: (old.get(k), v) for k, v in mine.items() if old.get(k) != v}
-        if diff:
-            raise ValueError(f"{out_dir} holds a sweep with another protocol (old, new): {diff}; "
-                             "use another --name or --out")
-    with open(ppath, "w") as f:
-        json.dump({**asdict(proto), "seed": seed, "trajectories": n_traj,
-                   "schedule": proto.schedule().describe(),
-                   "mixture_seed": gmm_preset(proto.target).seed}, f, indent=2)
-    path = os.path.join(out_dir, "trajectories.csv")
-    done = _done_cells(path, n_traj)
+          log: Optional[Callable[[str], None]] = print, executor: Optional[Executor] = None) -> str:
+    """Run every (rule, K, L) cell not yet stored in ``out_dir/sweep.sqlite`` (one unit per cell,
+    see :func:`speccheck.scale.jobs.run_sweep`), then write ``summary.csv``/``summary.md`` of every
+    stored cell into ``out_dir``. Returns ``out_dir``. (The CSV sweep folders of earlier versions
+    are imported into the folder's store on first use.)"""
+    from speccheck.scale.jobs import convert_legacy_sweep, run_sweep, sweep_units, write_summary_files
+
+    store = os.path.join(out_dir, STORE_FILE)
     todo = list(cells) if cells is not None else [(K, L) for K in Ks for L in Ls]
-    summ_path = os.path.join(out_dir, "cells.jsonl")
-    for rule in verifiers:
-        ver = resolve_verifier(rule)
-        name = verifier_name(ver)
-        byK: dict[int, list[int]] = {}
-        for K, L in todo:
-            if (name, K, L) not in done:
-                byK.setdefault(K, []).append(L)
-        for K, Lrem in sorted(byK.items()):
-            rows, summaries = run_cells(proto, ver, K, sorted(Lrem), n_traj, _cell_seed(seed, name, K))
-            # a crash mid-write leaves an incomplete cell, which is re-run (and de-duplicated)
-            new = not os.path.exists(path)
-            with open(path, "a", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=TRAJ_FIELDS)
-                if new:
-                    w.writeheader()
-                w.writerows(rows)
-            with open(summ_path, "a") as f:
-                for s in summaries:
-                    f.write(json.dumps(s) + "\n")
-            for s in summaries:
-                log(f"{name} K={K} L={s['L']}: speedup {s['speedup']:.3f} +- {s['speedup_se']:.3f} "
-                    f"(predicted {s['predicted_speedup']:.3f}, z_cal {s['calibration_z']:+.2f})")
-    write_summary(out_dir)
+    name = f"{proto.target}-{proto.key()}"
+    if os.path.exists(os.path.join(out_dir, "trajectories.csv")) and not os.path.exists(store):
+        # a CSV folder of an earlier speccheck: its complete cells are imported once, then resumed
+        convert_legacy_sweep(out_dir, store, name, expect_spec=sweep_units(proto, verifiers, todo, n_traj, seed)[0])
+    run_sweep(proto, verifiers, todo, n_traj, seed, store=store, name=name, executor=executor, log=log)
+    write_summary_files(write_summary(out_dir), out_dir)
     return out_dir
 
 
-def _done_cells(path: str, n_traj: int) -> set:
-    if not os.path.exists(path):
-        return set()
-    counts: dict = {}
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            key = (r["rule"], int(r["K"]), int(r["L"]))
-            counts.setdefault(key, set()).add(int(r["traj"]))
-    return {k for k, v in counts.items() if len(v) >= n_traj}
-
-
 def write_summary(out_dir: str) -> list[dict]:
-    """summary.csv/.md: per cell, from trajectories.csv (speed-up mean and SE) and the latest
-    theory record in cells.jsonl (prediction, calibration)."""
-    path = os.path.join(out_dir, "trajectories.csv")
-    if not os.path.exists(path):
-        return []
-    cells: dict = {}
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            key = (r["rule"], int(r["K"]), int(r["L"]))
-            cells.setdefault(key, {})[int(r["traj"])] = (float(r["speedup"]), float(r["nfe"]), r)
-    theory = {}
-    sp = os.path.join(out_dir, "cells.jsonl")
-    if os.path.exists(sp):
-        with open(sp) as f:
-            for line in f:
-                s = json.loads(line)
-                theory[(s["rule"], s["K"], s["L"])] = s
-    out = []
-    for key in sorted(cells):
-        vals = np.array([v[0] for v in cells[key].values()])
-        nfe = np.array([v[1] for v in cells[key].values()])
-        r0 = next(iter(cells[key].values()))[2]
-        th = theory.get(key, {})
-        out.append({"rule": key[0], "K": key[1], "L": key[2], "tree": r0["tree"], "B": int(r0["B"]),
-                    "trajectories": vals.size, "speedup": vals.mean(),
-                    "speedup_se": vals.std(ddof=1) / np.sqrt(vals.size) if vals.size > 1 else float("nan"),
-                    "nfe_mean": nfe.mean(),
-                    "predicted_nfe": th.get("predicted_nfe", float("nan")),
-                    "predicted_speedup": th.get("predicted_speedup", float("nan")),
-                    "speedup_no_warmup": th.get("speedup_no_warmup", float("nan")),
-                    "acceptance": th.get("acceptance", float("nan")),
-                    "calibration_z": th.get("calibration_z", float("nan")),
-                    "nfe_z": th.get("nfe_z", float("nan")),
-                    "nfe_gap_se": th.get("nfe_gap_se", float("nan"))})
-    if out:
-        with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(out[0]))
-            w.writeheader()
-            w.writerows(out)
-        with open(os.path.join(out_dir, "summary.md"), "w") as f:
-            f.write("speed-up = stochastic steps / target calls (warm-up included); mean +- SE over "
-                    "trajectories; predicted = DP of speccheck.theory.expected_nfe with measured "
-                    "per-(step, depth) acceptance\n\n")
-            f.write("| rule | K | L | tree | B | speed-up | SE | predicted | no warm-up | acceptance | z_cal | z_nfe |\n")
-            f.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-            for r in out:
-                f.write(f"| {r['rule']} | {r['K']} | {r['L']} | {r['tree']} | {r['B']} | {r['speedup']:.3f} | "
-                        f"{r['speedup_se']:.3f} | {r['predicted_speedup']:.3f} | {r['speedup_no_warmup']:.3f} | "
-                        f"{r['acceptance']:.3f} | {r['calibration_z']:+.2f} | {r['nfe_z']:+.2f} |\n")
-    return out
+    """Summary rows (one per stored cell) of the sweep in ``out_dir``: its store
+    (``sweep.sqlite``) or, for a folder of an earlier speccheck, its ``trajectories.csv``."""
+    from speccheck.scale.jobs import load_sweep
+
+    store = os.path.join(out_dir, STORE_FILE)
+    if os.path.exists(store):
+        return load_sweep(store)[0]
+    if os.path.exists(os.path.join(out_dir, "trajectories.csv")):
+        return load_sweep(out_dir)[0]
+    return []
 
 
 # ---------------------------------------------------------------------------- protocol sensitivity
@@ -249,7 +165,8 @@ def paper_comparison(summary_csv: str) -> str:
     l2 = [(k, v) for k, v in get.items() if k[0] == "dgrs" and k[2] == 2]
     if l2:
         k, v = max(l2, key=lambda kv: kv[1][0])
-        lines.append(f"| best D-GRS at L = 2 | 1.876 | {v[0]:.3f} +- {v[1]:.3f} at K = {k[1]} | max over K (biased up by selection) |")
+        lines.append(f"| best D-GRS at L = 2 | 1.876 | {v[0]:.3f} +- {v[1]:.3f} at K = {k[1]} | "
+                     "max over K (biased up by selection) |")
     best = [(k, v) for k, v in get.items() if k[0] == "dgrs"]
     if best:
         k, v = max(best, key=lambda kv: kv[1][0])
@@ -262,7 +179,8 @@ def paper_comparison(summary_csv: str) -> str:
             gains.append((r - 1, r * np.hypot(sa / a, sb / b), K, L))
     if gains:
         g = max(gains)
-        lines.append(f"| RASS vs D-GRS, max gain over cells | up to +6.4% | {100 * g[0]:+.1f}% +- {100 * g[1]:.1f}% at ({g[2]},{g[3]}) | max over {len(gains)} cells (biased up) |")
+        lines.append(f"| RASS vs D-GRS, max gain over cells | up to +6.4% | {100 * g[0]:+.1f}% +- "
+                     f"{100 * g[1]:.1f}% at ({g[2]},{g[3]}) | max over {len(gains)} cells (biased up) |")
         g66 = [x for x in gains if (x[2], x[3]) == (6, 6)]
         if g66:
             lines.append(f"| RASS vs D-GRS at (6,6) | | {100 * g66[0][0]:+.1f}% +- {100 * g66[0][1]:.1f}% | |")

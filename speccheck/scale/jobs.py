@@ -1,0 +1,501 @@
+"""Heavy jobs as sets of units: sweeps, calibrations, mutant matrices, battery runs.
+
+Each job builds its units (:mod:`speccheck.scale.units`), runs the ones its store lacks on an
+executor (:mod:`speccheck.scale.executors`; default in-process), stores each result as it
+arrives (:mod:`speccheck.scale.store`) and summarises from the store, so an interrupted job
+resumes where it stopped and gives the same numbers as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from speccheck.errors import FileFormatError, InputError
+from speccheck.scale.executors import Executor, InProcessExecutor
+from speccheck.scale.store import ResultsStore
+from speccheck.scale.units import Unit, suite_digest
+
+if TYPE_CHECKING:
+    from speccheck.sampler.experiments import Protocol
+
+StoreArg = Union[None, str, os.PathLike, ResultsStore]
+Log = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------- running units
+def _open_store(store: StoreArg) -> Optional[ResultsStore]:
+    if store is None or isinstance(store, ResultsStore):
+        return store
+    return ResultsStore(os.fspath(store))
+
+
+def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: StoreArg = None,
+              executor: Optional[Executor] = None,
+              on_new: Optional[Callable[[Unit, dict], None]] = None) -> dict[str, dict]:
+    """Run the units of ``job`` that ``store`` lacks, storing each as it finishes; return
+    ``{unit key: result}`` for every unit (stored or new). Without a store nothing persists."""
+    keys = [u.key for u in units]
+    if len(set(keys)) != len(keys):
+        raise InputError(f"job {job!r}: duplicate units {sorted({k for k in keys if keys.count(k) > 1})[:5]}")
+    executor = executor or InProcessExecutor()
+    opened = _open_store(store)
+    if opened is None:
+        results: dict[str, dict] = {}
+
+        def keep(unit: Unit, outcome: dict) -> None:
+            results[unit.key] = outcome["result"]
+            if on_new:
+                on_new(unit, outcome["result"])
+
+        executor.run(list(units), keep)
+        return results
+    try:
+        digest = opened.open_job(job, kind, spec)
+        done = opened.stored_keys(job)
+        todo = [u for u in units if u.key not in done]
+
+        def store_one(unit: Unit, outcome: dict) -> None:
+            opened.put(job, unit.key, identity=unit.identity, seed=unit.seed, spec_hash=digest,
+                       wall_s=outcome["wall_s"], worker=outcome["worker"], result=outcome["result"],
+                       code=outcome.get("code"))
+            if on_new:
+                on_new(unit, outcome["result"])
+
+        executor.run(todo, store_one)
+        stored = {row.unit_key: row.result for row in opened.units(job, keys)}
+    finally:
+        if opened is not store:
+            opened.close()
+    missing = [k for k in keys if k not in stored]
+    if missing:  # cannot happen unless the store was altered under us; never a silent partial result
+        raise FileFormatError(f"results store {opened.path}: job {job!r} lacks units {missing[:5]} after the run")
+    return stored
+
+
+# ----------------------------------------------------------------------------- sweeps
+SUMMARY_FIELDS = ["rule", "K", "L", "tree", "B", "trajectories", "speedup", "speedup_se", "nfe_mean",
+                  "predicted_nfe", "predicted_speedup", "speedup_no_warmup", "acceptance", "calibration_z",
+                  "nfe_z", "nfe_gap_se"]
+
+
+def sweep_units(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
+                seed: int) -> tuple[dict, list[Unit]]:
+    """The sweep's spec (protocol, trajectories per cell, seed) and one unit per (rule, K, L),
+    largest trees first (better load balance; results do not depend on the order)."""
+    if n_traj < 2:
+        raise InputError(f"trajectories must be >= 2 (a standard error needs two), got {n_traj}")
+    if seed < 0:
+        raise InputError(f"--seed must be >= 0, got {seed}")
+    spec = {"protocol": asdict(proto), "trajectories": int(n_traj), "seed": int(seed)}
+    cells = sorted(set((int(k), int(l)) for k, l in cells), key=lambda c: (-(c[0] ** c[1]), c))
+    units = [Unit("sweep-cell", spec, (str(rule), K, L), base_seed=int(seed)) for K, L in cells for rule in verifiers]
+    return spec, units
+
+
+def summary_row(result: dict) -> dict:
+    """A sweep cell's summary row (SUMMARY_FIELDS) from its stored result."""
+    summary = result["summary"]
+    speedups = np.asarray(result["trajectories"]["speedup"], dtype=float)
+    nfe = np.asarray(result["trajectories"]["nfe"], dtype=float)
+    return {"rule": summary["rule"], "K": int(summary["K"]), "L": int(summary["L"]), "tree": summary["tree"],
+            "B": int(summary["B"]), "trajectories": int(speedups.size), "speedup": float(speedups.mean()),
+            "speedup_se": float(speedups.std(ddof=1) / math.sqrt(speedups.size)) if speedups.size > 1 else math.nan,
+            "nfe_mean": float(nfe.mean()),
+            **{k: float(summary.get(k, math.nan)) for k in SUMMARY_FIELDS[9:]}}
+
+
+def _log_cell(log: Log) -> Callable[[Unit, dict], None]:
+    def show(unit: Unit, result: dict) -> None:
+        s = summary_row(result)
+        log(f"{s['rule']} K={s['K']} L={s['L']}: speedup {s['speedup']:.3f} +- {s['speedup_se']:.3f} "
+            f"(predicted {s['predicted_speedup']:.3f}, z_cal {s['calibration_z']:+.2f})")
+    return show
+
+
+def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
+              seed: int, *, store: StoreArg = None, name: Optional[str] = None, executor: Optional[Executor] = None,
+              threads: int = 1, log: Optional[Log] = None) -> list[dict]:
+    """Run the sweep's missing cells (``proto``: a :class:`speccheck.sampler.experiments.Protocol`)
+    into ``store`` under job ``name`` (default: target + protocol hash); returns one summary row per
+    requested cell, sorted by (rule, K, L). Units run with one torch thread (``threads`` is kept for
+    the CLI's option and must be >= 1)."""
+    if threads < 1:
+        raise InputError(f"--threads must be >= 1, got {threads}")
+    if not verifiers:
+        raise InputError("--verifiers needs at least one rule")
+    from speccheck.sampler.core import resolve_verifier
+
+    for rule in verifiers:  # fail fast (exit 2) before any unit runs
+        try:
+            resolve_verifier(rule)
+        except (ValueError, ImportError, AttributeError) as exc:
+            raise InputError(f"--verifiers: cannot load {rule!r}: {exc}") from None
+    spec, units = sweep_units(proto, verifiers, cells, n_traj, seed)
+    job = name or f"{proto.target}-{proto.key()}"
+    results = run_units(units, job=job, kind="sweep", spec=spec, store=store, executor=executor,
+                        on_new=_log_cell(log) if log else None)
+    return sorted((summary_row(results[u.key]) for u in units), key=lambda r: (r["rule"], r["K"], r["L"]))
+
+
+def load_sweep(path: str, name: Optional[str] = None) -> tuple[list[dict], dict]:
+    """Summary rows and spec of a sweep: job ``name`` of the store file ``path`` (default: its only
+    sweep), or a legacy CSV sweep folder (``trajectories.csv``, ``cells.jsonl``, ``protocol.json``)."""
+    if os.path.isdir(path):
+        store = os.path.join(path, "sweep.sqlite")
+        if not os.path.exists(store):
+            return _load_legacy_sweep(path)
+        path = store
+    if not os.path.exists(path):
+        raise FileFormatError(f"sweep {path} does not exist (a results store file or a legacy sweep folder)")
+    with ResultsStore(path, create=False) as st:
+        sweeps = [j for j in st.jobs() if j["kind"] == "sweep"]
+        if name is None:
+            if len(sweeps) != 1:
+                raise InputError(f"results store {path} holds {len(sweeps)} sweeps "
+                                 f"{[j['name'] for j in sweeps]}; name one")
+            name = sweeps[0]["name"]
+        job = st.job(name)
+        if job["kind"] != "sweep":
+            raise InputError(f"job {name!r} in {path} is a {job['kind']} job, not a sweep")
+        rows = [summary_row(u.result) for u in st.units(name)]
+    return sorted(rows, key=lambda r: (r["rule"], r["K"], r["L"])), job["spec"]
+
+
+_LEGACY_INT = ("K", "L", "B", "traj", "nfe")
+_LEGACY_FLOAT = ("speedup",)
+
+
+def _legacy_rows(path: str) -> list[dict]:
+    """Rows of a legacy trajectories.csv, strictly parsed: a short, glued or truncated row is an
+    error naming the file and line (no silent '2.142857' -> '2')."""
+    rows = []
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if not reader.fieldnames or "rule" not in reader.fieldnames:
+            raise FileFormatError(f"{path}: not a sweep trajectories file (header {reader.fieldnames}); "
+                                  "delete the folder and rerun the sweep into a store (--store)")
+        width = len(reader.fieldnames)
+        for row in reader:
+            if None in row or any(v is None for v in row.values()) or len(row) != width:
+                raise FileFormatError(f"{path} line {reader.line_num}: {width} fields expected (a partial or glued "
+                                      "row); remove the line and rerun, or convert the folder with --convert")
+            try:
+                parsed = {**row, **{k: int(row[k]) for k in _LEGACY_INT}, **{k: float(row[k]) for k in _LEGACY_FLOAT}}
+            except ValueError:
+                raise FileFormatError(f"{path} line {reader.line_num}: a number is malformed") from None
+            rows.append(parsed)
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        last = b"\n"
+        if size:
+            fh.seek(-1, os.SEEK_END)
+            last = fh.read(1)
+        if last != b"\n":
+            raise FileFormatError(f"{path}: the last line is incomplete (an interrupted write); remove it and "
+                                  "rerun, or convert the folder with --convert")
+    return rows
+
+
+def _legacy_cells(folder: str) -> tuple[dict, dict]:
+    """A legacy CSV sweep folder's spec and ``{(rule, K, L): (stored-style result, legacy seed)}`` for
+    its complete cells (all trajectories present and a theory record in cells.jsonl)."""
+    traj_path = os.path.join(folder, "trajectories.csv")
+    proto_path = os.path.join(folder, "protocol.json")
+    if not os.path.exists(traj_path) or not os.path.exists(proto_path):
+        raise FileFormatError(f"{folder} is not a sweep folder (needs trajectories.csv and protocol.json)")
+    try:
+        with open(proto_path) as fh:
+            protocol = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FileFormatError(f"{proto_path}: unreadable JSON ({exc})") from None
+    theory: dict = {}
+    cells_path = os.path.join(folder, "cells.jsonl")
+    if os.path.exists(cells_path):
+        with open(cells_path) as fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    raise FileFormatError(f"{cells_path} line {number}: unreadable JSON (an interrupted "
+                                          "write)") from None
+                theory[(record["rule"], int(record["K"]), int(record["L"]))] = record
+    by_cell: dict = {}
+    for row in _legacy_rows(traj_path):
+        key = (row["rule"], row["K"], row["L"])
+        seen = by_cell.setdefault(key, {})
+        if row["traj"] in seen and seen[row["traj"]]["speedup"] != row["speedup"]:
+            raise FileFormatError(f"{traj_path}: cell {key} trajectory {row['traj']} appears twice with different "
+                                  "values (a re-run half-written cell); delete the folder and rerun into a store")
+        seen[row["traj"]] = row
+    n_traj = int(protocol.get("trajectories", 0))
+    columns = ("traj", "nfe", "root_calls", "det_calls", "rounds", "accepted", "verified", "speedup")
+    cells = {}
+    for key in sorted(by_cell):
+        trajectories = by_cell[key]
+        if (n_traj and len(trajectories) < n_traj) or key not in theory:
+            continue  # incomplete, or its theory record was never written: not a result
+        ordered = [trajectories[t] for t in sorted(trajectories)]
+        result = {"summary": {**theory[key], "tree": ordered[0]["tree"], "B": ordered[0]["B"]},
+                  "trajectories": {c: [float(o[c]) if c == "speedup" else int(o[c]) for o in ordered]
+                                   for c in columns if c in ordered[0]},
+                  "stochastic_steps": int(ordered[0].get("stochastic_steps", 0))}
+        cells[key] = (result, int(ordered[0].get("seed", 0)))
+    spec = {"protocol": {k: v for k, v in protocol.items() if k not in ("seed", "trajectories", "schedule",
+                                                                          "mixture_seed")},
+            "trajectories": n_traj, "seed": protocol.get("seed")}
+    return spec, cells
+
+
+def _load_legacy_sweep(folder: str) -> tuple[list[dict], dict]:
+    spec, cells = _legacy_cells(folder)
+    return [summary_row(result) for result, _ in cells.values()], spec
+
+
+def write_summary_files(rows: Sequence[dict], out_dir: str) -> None:
+    """summary.csv and summary.md (one line per cell) in ``out_dir``."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=SUMMARY_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(os.path.join(out_dir, "summary.md"), "w") as fh:
+        fh.write(format_sweep(rows) + "\n")
+
+
+TRAJECTORY_FIELDS = ["rule", "K", "L", "tree", "B", "seed", "traj", "nfe", "root_calls", "det_calls", "rounds",
+                     "accepted", "verified", "stochastic_steps", "speedup"]
+
+
+def export_trajectories(store: StoreArg, name: str, path: str) -> int:
+    """Write one CSV row per trajectory of sweep ``name`` to ``path`` (atomically: a temporary file
+    renamed into place); returns the number of rows."""
+    st = _open_store(store)
+    try:
+        units = st.units(name)
+    finally:
+        if st is not store:
+            st.close()
+    tmp = f"{path}.tmp{os.getpid()}"
+    count = 0
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=TRAJECTORY_FIELDS)
+        writer.writeheader()
+        for unit in sorted(units, key=lambda u: (u.result["summary"]["rule"], u.result["summary"]["K"],
+                                                 u.result["summary"]["L"])):
+            summary, columns = unit.result["summary"], unit.result["trajectories"]
+            fixed = {k: summary[k] for k in ("rule", "K", "L", "tree", "B")}
+            for i in range(len(columns["speedup"])):
+                writer.writerow({**fixed, "seed": unit.seed, "stochastic_steps": unit.result.get("stochastic_steps"),
+                                 **{c: columns[c][i] for c in TRAJECTORY_FIELDS if c in columns}})
+                count += 1
+    os.replace(tmp, path)
+    return count
+
+
+def format_sweep(rows: Sequence[dict]) -> str:
+    """Markdown table of a sweep's summary rows."""
+    lines = ["speed-up = stochastic steps / target calls (warm-up included); mean +- SE over trajectories; "
+             "predicted = DP of speccheck.theory.expected_nfe with measured per-(step, depth) acceptance", "",
+             "| rule | K | L | tree | B | n | speed-up | SE | predicted | no warm-up | acceptance | z_cal | z_nfe |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['rule']} | {r['K']} | {r['L']} | {r['tree']} | {r['B']} | {r['trajectories']} | "
+                     f"{r['speedup']:.3f} | {r['speedup_se']:.3f} | {r['predicted_speedup']:.3f} | "
+                     f"{r['speedup_no_warmup']:.3f} | {r['acceptance']:.3f} | {r['calibration_z']:+.2f} | "
+                     f"{r['nfe_z']:+.2f} |")
+    return "\n".join(lines)
+
+
+def convert_legacy_sweep(folder: str, store: StoreArg, name: Optional[str] = None,
+                         expect_spec: Optional[dict] = None) -> str:
+    """Import a legacy CSV sweep folder's complete cells into ``store`` as sweep job ``name``
+    (default: the folder's name), once; returns the job name. With ``expect_spec`` the folder
+    must hold that sweep (protocol, trajectories, seed), else ``FileFormatError`` names the
+    differences. Incomplete cells are left out (a later run computes them)."""
+    spec, cells = _legacy_cells(folder)
+    if expect_spec is not None:
+        from speccheck.scale.store import _spec_diff
+
+        diff = _spec_diff(spec, expect_spec)
+        if diff:
+            raise FileFormatError(f"{folder} holds a CSV sweep with another spec (folder, asked): {diff}; use "
+                                  "another folder")
+    job = name or Path(folder).name
+    st = _open_store(store)
+    try:
+        digest = st.open_job(job, "sweep", spec)
+        for (rule, K, L), (result, seed) in cells.items():
+            st.put(job, f"{rule}/{K}/{L}", identity=[rule, K, L], seed=seed, spec_hash=digest, wall_s=0.0,
+                   worker="legacy-csv", result=result)
+    finally:
+        if st is not store:
+            st.close()
+    return job
+
+
+# ----------------------------------------------------------------------------- calibration
+def calibration_units(suite: str, verifiers: Sequence[str], seeds: Iterable[int],
+                      device: str = "cpu") -> tuple[dict, list[Unit]]:
+    """Spec (suite name and file hash, device) and one unit per (rule, battery seed)."""
+    spec = {"suite": suite, "suite_sha": suite_digest(suite), "device": device}
+    units = [Unit("calibration-seed", spec, (str(rule), int(s)), device=device, fixed_seed=int(s))
+             for rule in verifiers for s in seeds]
+    return spec, units
+
+
+def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], device: str = "cpu",
+              store: StoreArg = None, name: Optional[str] = None, executor: Optional[Executor] = None,
+              run: bool = True) -> dict:
+    """Run the suite on each correct rule under each seed and summarise (see
+    :func:`summarise_calibration`). ``run=False`` summarises every run of these rules already in
+    ``store`` (the split-runs use case) without running anything."""
+    from speccheck.validation.suites import load_suite
+
+    if not verifiers:
+        raise InputError("--verifier needs at least one rule")
+    try:
+        family_alpha = load_suite(suite).family_alpha
+    except ValueError as exc:
+        raise InputError(f"--suite: {exc}") from None
+    spec, units = calibration_units(suite, verifiers, seeds, device)
+    job = name or f"calibrate-{Path(suite).stem}" + ("" if device == "cpu" else f"-{device.replace(':', '')}")
+    if run:
+        results = run_units(units, job=job, kind="calibration", spec=spec, store=store, executor=executor)
+        records = [results[u.key] for u in units]
+    else:
+        if store is None:
+            raise InputError("--summarise-only needs --store (the store holding the runs)")
+        if isinstance(store, (str, os.PathLike)) and not os.path.exists(store):
+            raise FileFormatError(f"results store {store} does not exist (run `speccheck calibrate --store` first)")
+        st = _open_store(store)
+        try:
+            st.open_job(job, "calibration", spec)
+            records = [u.result for u in st.units(job) if u.result["rule"] in set(map(str, verifiers))]
+        finally:
+            if st is not store:
+                st.close()
+    return summarise_calibration(records, [str(v) for v in verifiers], family_alpha=family_alpha, suite=suite,
+                                 device=device)
+
+
+def summarise_calibration(records: Sequence[dict], rules: Sequence[str], *, family_alpha: float, suite: str,
+                          device: str) -> dict:
+    """Per rule: failures k of n runs, rate, 95% Clopper-Pearson interval [lo, hi], and the
+    shares of raw statistical p-values below 0.01 and 0.05 (at most 0.01 and 0.05 for valid
+    p-values). A rule is *consistent* when lo <= family_alpha: the runs do not show a failure
+    rate significantly above the suite's stated family-wise rate."""
+    from speccheck.validation.stats import clopper_pearson
+
+    seeds = sorted({int(r["seed"]) for r in records})
+    summary: dict = {"suite": suite, "family_alpha": family_alpha, "device": device,
+                     "seeds": [seeds[0], seeds[-1]] if seeds else [], "distinct_seeds": len(seeds), "rules": {}}
+    total_fail = total_runs = 0
+    for rule in rules:
+        runs = [r for r in records if r["rule"] == rule]
+        failures, n = sum(not r["passed"] for r in runs), len(runs)
+        low, high = clopper_pearson(failures, n) if n else (0.0, 1.0)
+        n_stat = sum(r["n_stat"] for r in runs)
+        summary["rules"][rule] = {
+            "runs": n, "failures": failures, "rate": failures / n if n else math.nan, "cp95": [low, high],
+            "frac_p_lt_0.01": sum(r["p_lt_001"] for r in runs) / n_stat if n_stat else math.nan,
+            "frac_p_lt_0.05": sum(r["p_lt_005"] for r in runs) / n_stat if n_stat else math.nan,
+            "n_stat_tests": n_stat, "failed_runs": [r for r in runs if not r["passed"]],
+            "consistent": bool(n > 0 and low <= family_alpha)}
+        total_fail += failures
+        total_runs += n
+    low, high = clopper_pearson(total_fail, total_runs) if total_runs else (0.0, 1.0)
+    summary["pooled"] = {"runs": total_runs, "failures": total_fail, "cp95": [low, high]}
+    summary["consistent"] = bool(summary["rules"]) and all(v["consistent"] for v in summary["rules"].values())
+    summary["records"] = sorted(records, key=lambda r: (r["rule"], r["seed"]))
+    return summary
+
+
+def format_calibration(summary: dict) -> str:
+    """The calibration table (one line per rule, the failed runs under it, the pooled line)."""
+    seeds = summary["seeds"]
+    lines = [f"suite={summary['suite']} family-wise rate {summary['family_alpha']:g}; seeds "
+             f"{seeds[0] if seeds else '-'}..{seeds[-1] if seeds else '-'} ({summary['distinct_seeds']} distinct); "
+             f"device={summary['device']}",
+             f"{'rule':<10} {'runs':>5} {'fails':>5} {'rate':>8} {'95% CP interval':>22} {'P(p<.01)':>9} "
+             f"{'P(p<.05)':>9}  verdict"]
+    for rule, v in summary["rules"].items():
+        low, high = v["cp95"]
+        verdict = "consistent" if v["consistent"] else ("NO RUNS" if not v["runs"] else "TOO MANY FAILURES")
+        lines.append(f"{rule:<10} {v['runs']:>5} {v['failures']:>5} {v['rate']:>8.4f} [{low:.2e}, {high:.2e}] "
+                     f"{v['frac_p_lt_0.01']:>9.4f} {v['frac_p_lt_0.05']:>9.4f}  {verdict}")
+        for run in v["failed_runs"]:
+            lines.append(f"    seed {run['seed']}: {'; '.join(run['failed'][:3])}")
+    pooled = summary["pooled"]
+    lines.append(f"{'pooled':<10} {pooled['runs']:>5} {pooled['failures']:>5} "
+                 f"[{pooled['cp95'][0]:.2e}, {pooled['cp95'][1]:.2e}]")
+    return "\n".join(lines)
+
+
+def write_json(value: dict, path: str) -> None:
+    """``value`` as indented JSON at ``path`` (its folder created)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(value, fh, indent=2)
+    os.replace(tmp, path)  # atomic: never a half-written JSON file
+
+
+# ----------------------------------------------------------------------------- batteries and mutants
+def _battery_spec(suite: str, device: str, seed: Optional[int]) -> dict:
+    """The spec of battery-like jobs; ``seed`` None means the suite's own fixed seed."""
+    from speccheck.validation.suites import load_suite
+
+    try:
+        seed = load_suite(suite).seed if seed is None else int(seed)
+    except ValueError as exc:
+        raise InputError(f"--suite: {exc}") from None
+    return {"suite": suite, "suite_sha": suite_digest(suite), "device": device, "seed": seed}
+
+
+def mutant_matrix(suite: str, *, names: Optional[Sequence[str]] = None, device: str = "cpu",
+                  seed: Optional[int] = None, executor: Optional[Executor] = None,
+                  store: StoreArg = None) -> dict[str, dict]:
+    """The suite on every mutant (or ``names``), one unit per mutant: ``{mutant: report dict}``
+    (a killed mutant has ``passed`` False). Mutants a suite cannot run (sampler mutants without
+    the trajectory layer) are left out."""
+    try:
+        from speccheck.validation.mutants import mutant_factories
+    except ImportError:
+        from speccheck.validation.battery import mutant_factories
+    known = mutant_factories()
+    chosen = list(names) if names else list(known)
+    unknown = [n for n in chosen if n not in known]
+    if unknown:
+        raise InputError(f"--mutant: unknown mutant(s) {unknown}; known: {sorted(known)}")
+    spec = _battery_spec(suite, device, seed)
+    units = [Unit("mutant", spec, (name,), device=device, fixed_seed=spec["seed"]) for name in chosen]
+    job = f"mutants-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}")
+    results = run_units(units, job=job, kind="mutants", spec=spec, store=store, executor=executor)
+    return {u.key: results[u.key] for u in units if not results[u.key].get("skipped")}
+
+
+def battery_runs(verifiers: Sequence[str], suite: str, *, device: str = "cpu", seed: Optional[int] = None,
+                 executor: Optional[Executor] = None, store: StoreArg = None) -> dict[str, dict]:
+    """The suite on each verifier, one unit per verifier: ``{verifier: report dict}``."""
+    spec = _battery_spec(suite, device, seed)
+    units = [Unit("battery", spec, (str(v),), device=device, fixed_seed=spec["seed"]) for v in verifiers]
+    job = f"battery-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}")
+    results = run_units(units, job=job, kind="battery", spec=spec, store=store, executor=executor)
+    return {u.key: results[u.key] for u in units}
+
+
+def battery_reports(report_dicts: dict[str, dict]) -> dict:
+    """``{name: BatteryReport}`` from the report dicts of :func:`mutant_matrix` / :func:`battery_runs`
+    (for ``speccheck.validation.report.format_kill_matrix`` and the other report writers)."""
+    from speccheck.validation.results import BatteryReport
+
+    return {name: BatteryReport.from_dict(d) for name, d in report_dicts.items() if not d.get("skipped")}
