@@ -37,12 +37,11 @@ def solve_times(K: int, G: int, deltas) -> dict:
     cold_m, cold_r, hot_m, hot_r = [], [], [], []
     for d in deltas:
         d = float(d)
-        cold_m.append(_timed(lambda: mcrs_theory.mcrs_policy(d, K, G)))
-        hot_m.append(_timed(lambda: mcrs_theory.mcrs_policy(d, K, G), reps=100))
-        rass_theory._solve_rank_weights.cache_clear()
-        rass_theory._KINKS.clear()
-        cold_r.append(_timed(lambda: rass_theory.rank_weights(d, K)))
-        hot_r.append(_timed(lambda: rass_theory.rank_weights(d, K), reps=100))
+        cold_m.append(_timed(lambda d=d: mcrs_theory.mcrs_policy(d, K, G)))
+        hot_m.append(_timed(lambda d=d: mcrs_theory.mcrs_policy(d, K, G), reps=100))
+        rass_theory._solution.cache_clear()
+        cold_r.append(_timed(lambda d=d: rass_theory.rank_weights(d, K)))
+        hot_r.append(_timed(lambda d=d: rass_theory.rank_weights(d, K), reps=100))
     return dict(cold_mcrs=np.median(cold_m), cold_rass=np.median(cold_r),
                 hot_mcrs=np.median(hot_m), hot_rass=np.median(hot_r))
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
-from speccheck.theory._validate import check_delta, check_K
 from speccheck.theory.normal import Phibar, normal_mass
+from speccheck.theory.validate import check_delta, check_K
 
 
-def acceptance_rmc(delta):
+def acceptance_rmc(delta: ArrayLike) -> np.ndarray:
     """P(accept) of the reflection maximal coupling, 2 Phibar(delta / 2). Shape of ``delta``."""
     d = check_delta(delta)
     return 2.0 * special.ndtr(-0.5 * d)
@@ -37,12 +38,12 @@ class DGRSLevels(NamedTuple):
 
 
 def _tau(log_lam, d):
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t = log_lam / d + 0.5 * d
     return np.where(d > 0, t, np.inf)
 
 
-def dgrs_levels(delta, K: int) -> DGRSLevels:
+def dgrs_levels(delta: ArrayLike, K: int) -> DGRSLevels:
     """The D-GRS levels lambda_0..lambda_K and G_1..G_{K+1} (they depend on (delta, K) only).
 
     lambda_k - 1 is accumulated separately (``mu``) so that tiny delta keeps ln(lambda_k)
@@ -71,7 +72,7 @@ def dgrs_levels(delta, K: int) -> DGRSLevels:
     return DGRSLevels(lam, G, mu, tau)
 
 
-def dgrs_acceptance_from_levels(levels: DGRSLevels, delta) -> np.ndarray:
+def dgrs_acceptance_from_levels(levels: DGRSLevels, delta: ArrayLike) -> np.ndarray:
     """P(accept some child) = Phi(tau_K - delta) + lambda_K Phibar(tau_K), shape ``delta.shape``."""
     d = np.asarray(delta, np.float64)
     t = levels.tau[..., -1]
@@ -81,13 +82,13 @@ def dgrs_acceptance_from_levels(levels: DGRSLevels, delta) -> np.ndarray:
     return np.where(d > 0, np.clip(acc, 0.0, 1.0), 1.0)
 
 
-def acceptance_dgrs(delta, K: int):
+def acceptance_dgrs(delta: ArrayLike, K: int) -> np.ndarray:
     """P(D-GRS accepts one of K i.i.d. children). K = 1 gives RMC's 2 Phibar(delta / 2)."""
     d = check_delta(delta)
     return dgrs_acceptance_from_levels(dgrs_levels(d, K), d)
 
 
-def acceptance_min_coupling(delta, lam):
+def acceptance_min_coupling(delta: ArrayLike, lam: ArrayLike) -> np.ndarray:
     """integral min(q, lam * p) = Phi(tau - delta) + lam Phibar(tau), tau = ln(lam)/delta + delta/2."""
     d = check_delta(delta)
     lam = np.asarray(lam, np.float64)

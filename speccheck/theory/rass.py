@@ -1,9 +1,20 @@
-"""RASS (rank-aware selection): selected-draft law, optimal rank weights, residual intervals.
+"""RASS (rank-aware selection): selected-draft law, exact acceptance, certified optimal rank weights.
 
 The selected draft S_(r), r ~ omega, has density p_omega(s) = phi(s) sum_r omega_r b_r(Phi(s)),
-b_r the Beta(r, K - r + 1) density. P(accept) = integral min(q, p_omega), q(s) = phi(s - delta).
-The optimal omega maximises that concave objective; on M quadrature nodes it is a linear
-program with K + M variables (omega, and t_m <= min(q_m, p_omega(s_m))).
+b_r the Beta(r, K - r + 1) density. P(accept) = A(omega) = integral min(q, p_omega),
+q(s) = phi(s - delta), evaluated exactly by :mod:`speccheck.theory.exact` (crossings + closed-form
+masses). K ranges over 1..128 (``speccheck.theory.validate.MAX_K``).
+
+Optimal weights (issue 13.2). A is concave in omega, with gradient
+g_r = dA/domega_r = P(S_(r) in {q > p_omega}) and Hessian -sum_c q(c) w_c w_c^T / |F'(c)| over the
+crossings c (``exact.hessian``). The solver is an active-set Newton method on the simplex with an
+exact line search along each direction (A is concave on the line: its slope g . step decreases),
+started from the best of: uniform weights, the top rank, and the small-delta solution whose
+crossings sit at the canonical points u_j = (1 - cos(j pi / (K + 2))) / 2 (least squares in the
+Bernstein weights, pulled into the simplex). The certificate is the Frank-Wolfe gap: for every
+omega' in the simplex, A(omega') <= A(omega) + g . (omega' - omega) <= A(omega) + max_r g_r - g . omega,
+so ``upper_bound = acceptance + gap`` bounds the true optimum. Pure function of (delta, K): no
+warm starts from earlier calls, so two processes give identical weights in any call order.
 """
 
 from __future__ import annotations
@@ -12,15 +23,21 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from scipy import optimize, sparse, special
+from numpy.typing import ArrayLike
+from scipy import special
 
-from speccheck.theory._validate import check_delta, check_K, check_omega
+from speccheck.errors import InputError
+from speccheck.theory import exact
+from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
 from speccheck.theory.normal import log_phi, normal_mass
+from speccheck.theory.validate import check_delta, check_K, check_omega
 
-# min(q, p_omega) <= p_omega, whose mass outside [-S_MAX, S_MAX] is <= K Phibar(9) < 1e-17
-# for K <= 64: the LP's domain does not depend on delta.
-S_MAX = 9.0
-PANEL_WIDTH = 0.5
+GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
+MAX_ITER = 200
+# above K = 16 the solver does not always reach the gap yet (slow progress on degenerate faces):
+# it stops after LARGE_K_MAX_ITER iterations (seconds) and reports the gap it certified
+LARGE_K, LARGE_K_MAX_ITER = 16, 60
+_VERBOSE = False
 
 
 # ----------------------------------------------------------------- the selected-draft law
@@ -31,28 +48,26 @@ def _log_beta_coef(K: int) -> np.ndarray:
     return special.gammaln(K + 1) - special.gammaln(r) - special.gammaln(K - r + 1)
 
 
-def _log_rank_terms(s, K: int) -> np.ndarray:
+def log_rank_terms(s: ArrayLike, K: int) -> np.ndarray:
     """log [phi(s) b_r(Phi(s))], shape s.shape + (K,)."""
     s = np.asarray(s, np.float64)[..., None]
     r = np.arange(1, K + 1)
     with np.errstate(divide="ignore"):
-        return (
-            log_phi(s)
-            + _log_beta_coef(K)
-            + (r - 1) * special.log_ndtr(s)
-            + (K - r) * special.log_ndtr(-s)
-        )
+        return (log_phi(s) + _log_beta_coef(K) + (r - 1) * special.log_ndtr(s) + (K - r) * special.log_ndtr(-s))
 
 
-def log_p_omega(s, K: int, omega) -> np.ndarray:
+_log_rank_terms = log_rank_terms  # old private name
+
+
+def log_p_omega(s: ArrayLike, K: int, omega: ArrayLike) -> np.ndarray:
     """log p_omega(s), the log density of the rank-selected draft (shape of ``s``)."""
     K = check_K(K)
     w = check_omega(omega, K)
     with np.errstate(divide="ignore"):
-        return special.logsumexp(_log_rank_terms(s, K) + np.log(w), axis=-1)
+        return special.logsumexp(log_rank_terms(s, K) + np.log(w), axis=-1)
 
 
-def cdf_p_omega(s, K: int, omega) -> np.ndarray:
+def cdf_p_omega(s: ArrayLike, K: int, omega: ArrayLike) -> np.ndarray:
     """P(S_(r) <= s) = sum_r omega_r I_{Phi(s)}(r, K - r + 1)."""
     K = check_K(K)
     w = check_omega(omega, K)
@@ -61,7 +76,7 @@ def cdf_p_omega(s, K: int, omega) -> np.ndarray:
     return special.betainc(r, K - r + 1, special.ndtr(s)) @ w
 
 
-def sf_p_omega(s, K: int, omega) -> np.ndarray:
+def sf_p_omega(s: ArrayLike, K: int, omega: ArrayLike) -> np.ndarray:
     """P(S_(r) > s), accurate in the upper tail: I_{1 - u}(b, a) = 1 - I_u(a, b)."""
     K = check_K(K)
     w = check_omega(omega, K)
@@ -70,14 +85,7 @@ def sf_p_omega(s, K: int, omega) -> np.ndarray:
     return special.betainc(K - r + 1, r, special.ndtr(-s)) @ w
 
 
-def _p_mass(a, b, K, w):
-    """P(a < S_(r) < b) from whichever tail keeps precision."""
-    if a >= 0:
-        return sf_p_omega(a, K, w) - sf_p_omega(b, K, w)
-    return cdf_p_omega(b, K, w) - cdf_p_omega(a, K, w)
-
-
-# ----------------------------------------------------------------- residual intervals
+# ----------------------------------------------------------------- crossings and residual intervals
 class ResidualInterval(NamedTuple):
     """(lo, hi) where q > p_omega, and mass = integral_lo^hi (q - p_omega) ds."""
 
@@ -86,290 +94,415 @@ class ResidualInterval(NamedTuple):
     mass: float
 
 
-def _log_ratio(s, d, K, w):
-    """D(s) = log q(s) - log p_omega(s) (vectorised; a max-shifted log-sum-exp over ranks)."""
-    terms = _log_rank_terms(s, K)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = terms + np.log(w)
-        mx = np.max(terms, axis=-1, keepdims=True)
-        mx = np.where(np.isfinite(mx), mx, 0.0)
-        lp = np.log(np.sum(np.exp(terms - mx), axis=-1)) + mx[..., 0]
-    return log_phi(np.asarray(s) - d) - lp
-
-
-def _bisect(f, a: np.ndarray, b: np.ndarray, iters: int = 60) -> np.ndarray:
-    """Vectorised bisection for sign-changing brackets [a, b] of f."""
-    fa = f(a)
-    for _ in range(iters):
-        m = 0.5 * (a + b)
-        fm = f(m)
-        left = np.sign(fm) == np.sign(fa)
-        a = np.where(left, m, a)
-        fa = np.where(left, fm, fa)
-        b = np.where(left, b, m)
-        if np.all(b - a <= 1e-14 * np.maximum(1.0, np.abs(a))):
-            break
-    return 0.5 * (a + b)
-
-
-def crossings(delta: float, K: int, omega, *, lo: float = -40.0, hi: float | None = None,
-              step: float = 0.02) -> np.ndarray:
-    """Sorted points where q = p_omega, on [lo, hi] (default hi = delta + 40).
-
-    Sign changes of D = log q - log p_omega on a grid are refined by vectorised bisection;
-    grid points where |D| has a local minimum without a sign change are searched for a
-    hidden pair of crossings (a tangency, or two crossings closer than ``step``).
-    """
+def crossings(delta: float, K: int, omega: ArrayLike, *, lo: float = -40.0, hi: float | None = None,
+              step: float | None = None) -> np.ndarray:
+    """Sorted points in [lo, hi] (default hi = delta + 40) where q = p_omega: every crossing
+    (convexity-piece search of :mod:`speccheck.theory.exact`; ``step`` is ignored, kept for
+    old callers)."""
     d = float(check_delta(delta))
     K = check_K(K)
     w = check_omega(omega, K)
     hi = d + 40.0 if hi is None else hi
-    grid = np.arange(lo, hi + step, step)
-    D = _log_ratio(grid, d, K, w)
-    f = lambda x: _log_ratio(x, d, K, w)  # noqa: E731
-    sign = np.sign(D)
-    nz = np.nonzero(sign != 0)[0]  # a root exactly on a grid point is bracketed by its neighbours
-    flip = nz[:-1][sign[nz[:-1]] * sign[nz[1:]] < 0]
-    nxt = nz[1:][sign[nz[:-1]] * sign[nz[1:]] < 0]
-    roots = [_bisect(f, grid[flip], grid[nxt])] if flip.size else []
-    absD = np.abs(D)
-    cand = np.nonzero((absD[1:-1] < absD[:-2]) & (absD[1:-1] <= absD[2:]) & (absD[1:-1] < 0.05))[0] + 1
-    for j in cand:
-        if not (sign[j - 1] == sign[j] == sign[j + 1]):
-            continue
-        g = (lambda x: float(f(np.array(x)))) if sign[j] > 0 else (lambda x: -float(f(np.array(x))))
-        res = optimize.minimize_scalar(g, bounds=(grid[j - 1], grid[j + 1]), method="bounded",
-                                       options={"xatol": 1e-13})
-        if res.fun < 0:
-            roots.append(_bisect(f, np.array([grid[j - 1], res.x]), np.array([res.x, grid[j + 1]])))
-    return np.sort(np.concatenate(roots)) if roots else np.empty(0)
+    if d == 0.0 or d > DELTA_UNDERFLOW:
+        return np.empty(0)
+    roots = exact.crossings_batch(law_from_omega(w), np.array([d]))[0]
+    roots = roots[np.isfinite(roots)]
+    return roots[(roots >= lo) & (roots <= hi)]
 
 
-def _pieces(d: float, K: int, w: np.ndarray):
-    """Split the line at the crossings: (lo, hi, q_above) for every piece."""
-    pts = np.concatenate([[-np.inf], crossings(d, K, w), [np.inf]])
-    for a, b in zip(pts[:-1], pts[1:]):
-        if np.isfinite(a) and np.isfinite(b):
-            m = 0.5 * (a + b)
-        elif np.isfinite(a):
-            m = a + 1.0
-        elif np.isfinite(b):
-            m = b - 1.0
-        else:
-            m = 0.0
-        yield float(a), float(b), bool(_log_ratio(np.array(m), d, K, w) > 0)
-
-
-def residual_intervals(delta: float, K: int, omega) -> list[ResidualInterval]:
-    """The intervals where q(s) > p_omega(s) with their residual masses (closed form).
-
-    Masses use normal_mass for q and the incomplete Beta CDF/SF for p_omega, so
-    sum(mass) = 1 - acceptance_rass(delta, K, omega) with no numerical integration.
-    """
+def residual_intervals(delta: float, K: int, omega: ArrayLike) -> list[ResidualInterval]:
+    """The intervals where q(s) > p_omega(s) with their residual masses (closed form, from the
+    deviations of q from phi and of omega from uniform: sum(mass) = 1 - A to ~1e-12 relative)."""
     d = float(check_delta(delta))
     K = check_K(K)
     w = check_omega(omega, K)
+    if d == 0.0:
+        return []
+    law = law_from_omega(w)
+    roots = crossings(d, K, w)
+    edges = np.concatenate([[-np.inf], roots, [np.inf]])
+    lo, hi = edges[:-1], edges[1:]
+    mid = np.where(np.isfinite(lo) & np.isfinite(hi), 0.5 * (lo + hi),
+                   np.where(np.isfinite(lo), lo + 1.0, np.where(np.isfinite(hi), hi - 1.0, 0.0)))
+    F_mid = exact.curve(law, mid, derivatives=0).L - d * mid + 0.5 * d * d
     out = []
-    for a, b, q_above in _pieces(d, K, w):
-        if q_above:
-            mass = float(normal_mass(a - d, b - d)) - float(_p_mass(a, b, K, w))
-            out.append(ResidualInterval(a, b, max(mass, 0.0)))
+    lo_f = np.where(np.isfinite(lo), lo, 0.0)
+    hi_f = np.where(np.isfinite(hi), hi, 0.0)
+    lower_lo, upper_lo = exact._rank_cdf_tails(law, lo_f)  # noqa: SLF001 (same package)
+    lower_hi, upper_hi = exact._rank_cdf_tails(law, hi_f)
+    dd = np.full(lo.shape, d)
+    G_hi = exact._G(law, hi, dd, lower_hi, upper_hi)
+    G_lo = exact._G(law, lo, dd, lower_lo, upper_lo)
+    for i in np.nonzero(F_mid < 0)[0]:
+        out.append(ResidualInterval(float(lo[i]), float(hi[i]), max(float(G_hi[i] - G_lo[i]), 0.0)))
     return out
 
 
-def _acceptance_rass_scalar(d: float, K: int, w: np.ndarray) -> float:
-    """integral min(q, p_omega) = sum over pieces of the smaller law's mass (no cancellation,
-    so it keeps relative precision when the acceptance is ~1e-88)."""
-    total = 0.0
-    for a, b, q_above in _pieces(d, K, w):
-        total += float(_p_mass(a, b, K, w)) if q_above else float(normal_mass(a - d, b - d))
-    return float(np.clip(total, 0.0, 1.0))
+# ----------------------------------------------------------------- exact acceptance at fixed omega
+def _fixed(d: np.ndarray, K: int, w: np.ndarray) -> exact.ExactAcceptance:
+    flat = d.ravel()
+    law = law_from_omega(w)
+    zero = flat == 0.0
+    acc = np.empty(flat.size)
+    rej = np.empty(flat.size)
+    if np.any(zero):  # delta = 0: q = phi, A = 1 - TV(phi, p_omega) (crossing at P = 1, no line)
+        acc[zero], rej[zero] = _delta_zero(law)
+    if np.any(~zero):
+        res = exact_acceptance(law, flat[~zero])
+        acc[~zero], rej[~zero] = res.acceptance, res.rejection
+    return exact.ExactAcceptance(acc.reshape(d.shape), rej.reshape(d.shape), np.empty(0), None)
 
 
-# ----------------------------------------------------------------- the rank-weight LP
-def _lp_nodes(breaks: np.ndarray, order: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on every panel between sorted breakpoints."""
-    x, wx = np.polynomial.legendre.leggauss(order)
-    a, b = breaks[:-1], breaks[1:]
-    half, mid = 0.5 * (b - a), 0.5 * (b + a)
-    return (mid[:, None] + half[:, None] * x).ravel(), (half[:, None] * wx).ravel()
+def _delta_zero(law: RankLaw) -> tuple[float, float]:
+    """A = 1 - integral (phi - p_omega)_+ at delta = 0, by the limit of tiny delta (exact for
+    uniform omega, where it is 1)."""
+    if np.all(law.eps == 0.0):
+        return 1.0, 0.0
+    res = exact_acceptance(law, np.array([1e-300]))
+    return float(res.acceptance[0]), float(res.rejection[0])
 
 
-def _lp_domain(d: float, K: int) -> tuple[float, float]:
-    """Where min(q, p_omega) has its mass, relative to its total: min(q, p_omega) <= q and
-    <= p_omega <= K phi, so it lives below delta + S and above -S (small delta), and around
-    tau* = ln(K)/delta + delta/2, where q = K phi (large delta, acceptance ~ 1e-88)."""
-    tau_star = np.log(K) / d + 0.5 * d
-    lo = min(max(-S_MAX, d - S_MAX), tau_star - S_MAX)
-    hi = max(S_MAX, min(tau_star, d) + S_MAX)
-    return lo, hi
+def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> np.ndarray | float:
+    """integral min(q, p_omega), exact (crossings and closed-form masses, no quadrature), for
+    delta of any shape; omega=None uses the certified optimal weights at each delta.
 
-
-def _panel_breaks(d: float, K: int, width: float, extra: np.ndarray = np.empty(0)) -> np.ndarray:
-    lo, hi = _lp_domain(d, K)
-    n = max(int(np.ceil((hi - lo) / width)), 1)
-    extra = extra[(extra > lo) & (extra < hi)]
-    br = np.unique(np.concatenate([np.linspace(lo, hi, n + 1), extra]))
-    return br[np.concatenate([[True], np.diff(br) > 1e-9])]
-
-
-def lp_matrices(delta: float, K: int, nodes: np.ndarray):
-    """q_m = q(s_m) and A[m, r] = phi(s_m) b_r(Phi(s_m)) (so p_omega(s_m) = A @ omega), both
-    divided by one scale (returned LP values are in those units)."""
-    log_q = np.clip(log_phi(nodes - delta), -1400.0, None)
-    log_A = np.clip(_log_rank_terms(nodes, K), -1400.0, None)
-    # one common scale (the LP's optimum does not move): keeps HiGHS' absolute tolerances
-    # meaningful when the acceptance is ~1e-88
-    shift = float(np.max(np.minimum(log_q, log_A.max(axis=1))))
-    # after scaling min(q_m, max_r A[m, r]) <= 1, so capping entries at 1e6 leaves q's role
-    # unchanged and moves A's only for weights below 1e-6; it keeps HiGHS within its
-    # accepted matrix range
-    cap = np.log(1e6)
-    return np.exp(np.minimum(log_q - shift, cap)), np.exp(np.minimum(log_A - shift, cap)), shift
-
-
-def _solve_lp_highs(q, A, w_quad) -> tuple[np.ndarray, float]:
-    """maximise sum_m w_m min(q_m, (A omega)_m) over the simplex, as an LP solved by HiGHS
-    (interior point with crossover: the dual simplex stalls for minutes on the degenerate
-    LPs of small delta and large K).
-
-    Nodes where q_m >= max_r A[m, r] contribute the linear term w_m (A omega)_m and nodes
-    where q_m <= min_r A[m, r] the constant w_m q_m; only the remaining nodes need a hinge
-    variable t_m with t_m <= q_m (a bound) and t_m - (A omega)_m <= 0 (a row). Same optimum,
-    a much smaller LP.
-    """
-    lin = q >= A.max(axis=1)
-    const = q <= A.min(axis=1)
-    hinge = ~(lin | const)
-    Ah, qh, wh = A[hinge], q[hinge], w_quad[hinge]
-    M, K = Ah.shape
-    offset = float(w_quad[const] @ q[const])
-    cost = np.concatenate([-(w_quad[lin] @ A[lin]), -wh])
-    mat = sparse.vstack([
-        sparse.hstack([sparse.csr_matrix(-Ah), sparse.identity(M, format="csr")]),
-        sparse.csr_matrix(np.concatenate([np.ones(K), np.zeros(M)])[None, :]),
-    ], format="csc")
-    res = optimize.linprog(cost, A_ub=mat[:M], b_ub=np.zeros(M), A_eq=mat[M:], b_eq=[1.0],
-                           bounds=np.column_stack([np.zeros(K + M), np.concatenate([np.ones(K), qh])]),
-                           method="highs-ipm")
-    if res.status != 0:
-        raise RuntimeError(f"rank-weight LP failed: {res.message}")
-    w = np.clip(res.x[:K], 0.0, None)
-    return w / w.sum(), offset - res.fun
-
-
-def _solve_lp_cvxpy(q, A, w_quad) -> tuple[np.ndarray, float]:
-    """The same LP written with cvxpy (readable reference; slower than the HiGHS path).
-
-    maximise sum_m w_m t_m  s.t.  t <= q,  t <= A omega,  omega in the simplex W_K.
-    """
-    import cvxpy as cp
-
-    omega = cp.Variable(A.shape[1], nonneg=True)
-    t = cp.Variable(len(q))
-    prob = cp.Problem(cp.Maximize(w_quad @ t), [t <= q, t <= A @ omega, cp.sum(omega) == 1])
-    prob.solve(solver=cp.CLARABEL)
-    w = np.clip(omega.value, 0.0, None)
-    return w / w.sum(), float(prob.value)
-
-
-_KINKS: dict[int, dict[float, np.ndarray]] = {}  # K -> {delta: kinks of its optimum}
-
-
-def _nearest_kinks(d: float, K: int, radius: float = 0.1) -> np.ndarray | None:
-    solved = _KINKS.get(K)
-    if not solved:
-        return None
-    near = min(solved, key=lambda x: abs(x - d))
-    return solved[near] if abs(near - d) <= radius else None
-
-
-def _two_pass(d: float, K: int, solve, max_passes: int = 4) -> tuple[np.ndarray, float]:
-    """Pass 1 on coarse panels only locates the kinks of min(q, p_omega) (skipped when a
-    solved delta within 0.1 gives them); later passes break their panels at the previous
-    optimum's kinks (with small panels around each), so that no quadrature panel straddles a
-    kink; repeat while a kink moved by more than 0.01."""
-    lo, hi = _lp_domain(d, K)
-    kinks = _nearest_kinks(d, K)
-    if kinks is None:
-        nodes, wq = _lp_nodes(_panel_breaks(d, K, 2 * PANEL_WIDTH), order=4)
-        q, A, log_scale = lp_matrices(d, K, nodes)
-        w, val = solve(q, A, wq)
-        kinks = crossings(d, K, w, lo=lo, hi=hi, step=0.05)
-    for _ in range(max_passes - 1):
-        breaks = (kinks[:, None] + np.array([-0.1, -0.02, 0.0, 0.02, 0.1])).ravel()
-        nodes, wq = _lp_nodes(_panel_breaks(d, K, PANEL_WIDTH, breaks))
-        q, A, log_scale = lp_matrices(d, K, nodes)
-        w, val = solve(q, A, wq)
-        used, kinks = kinks, crossings(d, K, w, lo=lo, hi=hi, step=0.05)
-        if kinks.size == used.size and np.all(np.abs(kinks - used) < 0.01):
-            break
-    _KINKS.setdefault(K, {})[d] = kinks
-    return w, val * np.exp(log_scale)
-
-
-def rank_weights_cvxpy(delta: float, K: int) -> tuple[np.ndarray, float]:
-    """Optimal weights and LP value from the cvxpy formulation (same nodes as rank_weights)."""
-    d = float(check_delta(delta))
+    delta finite >= 0 (beyond 80 every acceptance is < 1e-340 and 0 is returned); K in 1..128;
+    omega a probability vector of length K. Returns a float for scalar delta."""
+    d = check_delta(delta)
     K = check_K(K)
-    if d == 0.0 or K == 1:
-        return np.full(K, 1.0 / K), 1.0 if d == 0.0 else float("nan")
-    return _two_pass(d, K, _solve_lp_cvxpy)
+    if omega is None:
+        out = np.vectorize(lambda x: _solution(float(x), K).acceptance, otypes=[np.float64])(d)
+    else:
+        out = _fixed(d, K, check_omega(omega, K)).acceptance
+    return float(out) if d.ndim == 0 else out
 
 
-@functools.lru_cache(maxsize=16384)
-def _solve_rank_weights(d: float, K: int) -> tuple[np.ndarray, float]:
-    if d == 0.0 or K == 1:
-        return np.full(K, 1.0 / K), float("nan")
-    return _two_pass(d, K, _solve_lp_highs)
+def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> np.ndarray | float:
+    """1 - acceptance_rass(delta, K, omega), computed directly (keeps ~1e-12 relative precision
+    when it is tiny, e.g. ~1e-13 at delta = 1e-12)."""
+    d = check_delta(delta)
+    K = check_K(K)
+    if omega is None:
+        out = np.vectorize(lambda x: _solution(float(x), K).rejection, otypes=[np.float64])(d)
+    else:
+        out = _fixed(d, K, check_omega(omega, K)).rejection
+    return float(out) if d.ndim == 0 else out
 
 
+# ----------------------------------------------------------------- certified optimal weights
 class RankWeightSolution(NamedTuple):
-    """omega: optimal weights; lp_value: the LP's (quadrature) objective; acceptance: the exact
-    integral min(q, p_omega) for that omega; quadrature_loss = |lp_value - acceptance|."""
+    """Optimal RASS weights with their certificate.
+
+    omega: the weights; acceptance, rejection: A and 1 - A at omega (exact); gap: the
+    Frank-Wolfe gap max_r g_r - g . omega (>= the true optimum minus acceptance);
+    upper_bound = acceptance + gap; deviation: omega - 1/K as the solver holds it (precise at
+    tiny delta); crossings of q and p_omega; iterations of the solver.
+    """
 
     omega: np.ndarray
-    lp_value: float
     acceptance: float
-    quadrature_loss: float
+    rejection: float
+    gap: float
+    upper_bound: float
+    deviation: np.ndarray
+    crossings: np.ndarray
+    iterations: int
+
+    @property
+    def lp_value(self) -> float:
+        """Old name: the solver's value (now exact, so equal to ``acceptance``)."""
+        return self.acceptance
+
+    @property
+    def quadrature_loss(self) -> float:
+        """Old name: no quadrature is involved any more, so 0."""
+        return 0.0
+
+
+def _gain(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> float:
+    """A(new) - A(old), from A where both are small and from 1 - A otherwise."""
+    if new.acceptance[0] < 0.5 and old.acceptance[0] < 0.5:
+        return float(new.acceptance[0] - old.acceptance[0])
+    return float(old.rejection[0] - new.rejection[0])
+
+
+def _evaluate(d: float, eps: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray, RankLaw,
+                                                                      exact.ExactAcceptance]:
+    law = law_from_eps(eps, zero)
+    return law.eps, zero, law, exact_acceptance(law, np.array([d]), gradient=True)
+
+
+def _canonical_start(d: float, K: int) -> np.ndarray:
+    """eps whose P(u) - 1 fits exp(delta z - delta^2/2) - 1 at u_j = (1 - cos(j pi/(K+2)))/2,
+    j = 1..K+1 (least squares with sum eps = 0): at small delta the optimum crosses exactly
+    there (L1-approximation canonical points); scaled into the simplex if needed."""
+    j = np.arange(1, K + 2)
+    u = 0.5 * (1.0 - np.cos(np.pi * j / (K + 2)))
+    z = special.ndtri(u)
+    r = np.arange(1, K + 1)
+    B = np.exp(exact._log_coef(K) + (r - 1) * np.log(u)[:, None] + (K - r) * np.log1p(-u)[:, None])
+    target = np.expm1(d * z - 0.5 * d * d)
+    scale = np.abs(B).max()
+    M = np.zeros((K + 1, K + 1))
+    M[:K, :K] = (B.T @ B) / scale ** 2
+    M[:K, K] = M[K, :K] = 1.0
+    eps = np.linalg.lstsq(M, np.concatenate([B.T @ target / scale ** 2, [0.0]]), rcond=None)[0][:K]
+    neg = eps < 0
+    if np.any(neg):
+        shrink = float(np.min((1.0 / K) / -eps[neg]))
+        if shrink < 1.0:
+            eps = eps * shrink * (1.0 - 1e-9)
+    return eps
+
+
+def _newton_direction(H: np.ndarray, g: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """Maximiser of g.x + x.H.x/2 on {sum x = 0, x_r = 0 off S}, H slightly regularised
+    (H is only rank <= #crossings); the bordered KKT system is scaled by max |H_rr|."""
+    idx = np.nonzero(S)[0]
+    m = idx.size
+    hs = float(np.abs(np.diag(H)).max()) + 1e-300
+    M = np.zeros((m + 1, m + 1))
+    M[:m, :m] = H[np.ix_(idx, idx)] / hs - 1e-9 * np.eye(m)
+    M[:m, m] = M[m, :m] = 1.0
+    rhs = np.concatenate([-g[idx] / hs, [0.0]])
+    try:
+        sol = np.linalg.solve(M, rhs)
+    except np.linalg.LinAlgError:
+        sol = np.linalg.lstsq(M, rhs, rcond=None)[0]
+    step = np.zeros(H.shape[0])
+    if np.all(np.isfinite(sol)):
+        step[idx] = sol[:m] - sol[:m].sum() / m
+    return step
+
+
+def _line_search(d: float, eps: np.ndarray, zero: np.ndarray, step: np.ndarray, t_max: float,
+                 block: int, current: exact.ExactAcceptance):
+    """Along eps + t step (A concave in t, slope g(t).step decreasing): accept t = t_max when
+    the slope there is still >= 0, or the first t with |slope| <= slope(0)/10 (strong Wolfe);
+    safeguarded Newton on the slope in between. None when the direction does not ascend."""
+    slope0 = float(current.gradient[0] @ step)
+    if not slope0 > 0:
+        return None
+    lo, hi = 0.0, t_max
+    t = min(1.0, t_max)
+    best = None
+    for _ in range(16):
+        at_max = t >= t_max
+        z = zero.copy()
+        if at_max and block >= 0:
+            z[block] = True
+        trial_eps = np.where(z, -1.0 / eps.size, eps + t * step)
+        state = _evaluate(d, trial_eps, z)
+        slope = float(state[3].gradient[0] @ step)
+        if slope >= -0.1 * slope0:
+            best = state
+        if (slope >= 0 and at_max) or abs(slope) <= 0.1 * slope0:
+            return best
+        if slope > 0:
+            lo = t
+        else:
+            hi = t
+        curv = float(step @ exact.hessian(state[2], d, state[3].crossings[0]) @ step)
+        t_new = t - slope / curv if curv < 0 else np.inf
+        if not lo < t_new < hi:
+            t_new = 4.0 * t if not np.isfinite(hi) else (hi / 8.0 if lo == 0.0 else 0.5 * (lo + hi))
+        if hi - lo <= 1e-14 * hi:
+            break
+        t = t_new
+    return best
+
+
+class Certificate(NamedTuple):
+    """bound >= max over the simplex of A(omega') - A(omega); model_omega: the maximiser of the
+    piecewise-linear model behind it; effective_gradient: the gradient that model weighs."""
+
+    bound: float
+    model_omega: np.ndarray
+    effective_gradient: np.ndarray
+
+
+def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
+    """An upper bound on A* - A(omega), tighter than the Frank-Wolfe gap.
+
+    Per piece I between crossings, int_I min(q, p_omega') is concave in omega'. On a piece where
+    q > p_omega its gain is <= min(res_I, a_I . (omega' - omega)) (res_I = int_I (q - p_omega),
+    a_I the rank masses on I); where p_omega > q it is <= 0. With min(x, y) <= theta x + (1 - theta) y
+    for any theta in [0, 1], for every choice of theta (0/1 per piece here)
+
+        A* - A(omega) <= sum_{I: q>p} [theta_I res_I - (1 - theta_I) a_I . omega] + max_r c_r,
+        c = sum_{I: q>p} (1 - theta_I) a_I,
+
+    evaluated exactly. theta = 0 everywhere is the Frank-Wolfe gap max_r g_r - g . omega;
+    theta = 1 everywhere gives 1 - A. Coordinate descent over the pieces (two passes) picks
+    theta: it matters where a tail piece has rank mass but no residual (large delta: ~1e-6 of
+    rank-1 mass where q ~ 1e-300). Any theta gives a valid bound, so the search only tightens it."""
+    above = np.nonzero(pieces.q_above)[0]
+    a = pieces.rank_mass[above]
+    res = pieces.residual[above]
+    lin = a @ omega
+    theta = np.zeros(above.size, bool)
+
+    def value(th: np.ndarray) -> tuple[float, np.ndarray]:
+        c = (~th).astype(np.float64) @ a if th.size else np.zeros(omega.size)
+        return float(np.sum(np.where(th, res, -lin)) + c.max()), c
+
+    best, c = value(theta)
+    for _ in range(2):
+        changed = False
+        for i in np.argsort(-(a.max(axis=1) - res)) if above.size else []:
+            theta[i] = ~theta[i]
+            trial, trial_c = value(theta)
+            if trial < best:
+                best, c, changed = trial, trial_c, True
+            else:
+                theta[i] = ~theta[i]
+        if not changed:
+            break
+    model = np.zeros(omega.size)
+    model[int(np.argmax(c))] = 1.0
+    all_residual = float(np.sum(res))  # theta = 1 everywhere: A* - A <= 1 - A
+    if all_residual < best:
+        return Certificate(all_residual, omega.copy(), np.zeros(omega.size))
+    return Certificate(max(best, 0.0), model, c)
+
+
+def _optimise(d: float, K: int, max_iter: int = MAX_ITER) -> RankWeightSolution:
+    top = np.full(K, -1.0 / K)
+    top[-1] = 1.0 - 1.0 / K
+    starts = [(np.zeros(K), np.zeros(K, bool)), (top, np.arange(K) < K - 1),
+              (_canonical_start(d, K), np.zeros(K, bool))]
+    state = None
+    for eps0, zero0 in starts:
+        trial = _evaluate(d, eps0, zero0)
+        if state is None or _gain(trial[3], state[3]) > 0:
+            state = trial
+    eps, zero, law, ev = state
+    best_fw, stall, it = np.inf, 0, 0
+    gap = np.inf
+    for it in range(max_iter):
+        g = ev.gradient[0]
+        fw = float(g.max() - g @ law.omega)  # Frank-Wolfe gap: the KKT residual
+        acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
+        gap, model, effective = fw, None, g
+        if fw > GAP_TOL * min(1.0, acc):
+            cert = certificate(ev.pieces, law.omega)
+            if cert.bound < gap:
+                gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
+        if _VERBOSE:
+            print(it, fw, gap, acc, rej, int((~zero).sum()), ev.crossings[0].size)
+        # stop: certified to 1e-15 relative in both A and 1 - A, or the KKT residual is below
+        # 1e-12 and at the rounding floor of the gradient (it stopped shrinking)
+        if gap <= 1e-3 * GAP_TOL * min(1.0, acc, rej):
+            break
+        stall = stall + 1 if fw > 0.5 * best_fw else 0
+        best_fw = min(best_fw, fw)
+        if fw <= 1e-15 or (fw <= 1e-13 and stall >= 1) or (fw <= GAP_TOL and stall >= 2):
+            break
+        H = exact.hessian(law, d, ev.crossings[0])
+        res = None
+        for direction in ("newton", "newton-effective", "model", "gradient"):
+            S = ~zero
+            if direction.startswith("newton"):
+                grad_for_entry = g if direction == "newton" else effective
+                lam_entry = float(grad_for_entry @ law.omega)
+                entering = np.nonzero(zero & (grad_for_entry > lam_entry))[0]
+                if entering.size:
+                    S = S.copy()
+                    S[entering[np.argmax(grad_for_entry[entering])]] = True
+                elif direction == "newton-effective":
+                    continue
+                step = _newton_direction(H, g, S)
+                leaving = S & zero & (step < 0)
+                if np.any(leaving):
+                    S = S & ~leaving
+                    step = _newton_direction(H, g, S)
+            elif direction == "model":
+                if model is None:
+                    continue
+                S = ~zero | (model > 0)
+                step = np.where(S, model - law.omega, 0.0)
+            else:
+                step = np.where(S, g - g[S].mean(), 0.0)
+            neg = (step < 0) & S & ~zero
+            t_max, block = np.inf, -1
+            if np.any(neg):
+                ratios = np.where(neg, law.omega / np.where(neg, -step, 1.0), np.inf)
+                block = int(np.argmin(ratios))
+                t_max = float(ratios[block])
+            res = _line_search(d, eps, zero & ~S, step, t_max, block, ev)
+            if res is not None:
+                break
+        if res is None:
+            break
+        eps, zero, law, ev = res
+    acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
+    roots = ev.crossings[0]
+    g = ev.gradient[0]
+    gap = min(float(g.max() - g @ law.omega), certificate(ev.pieces, law.omega).bound) if ev.pieces else gap
+    gap = max(gap, 0.0)
+    return RankWeightSolution(law.omega.copy(), acc, rej, gap, acc + gap, law.eps.copy(),
+                              roots[np.isfinite(roots)], it)
+
+
+def _closed_form(d: float, K: int) -> RankWeightSolution | None:
+    if d == 0.0 or K == 1:
+        omega = np.full(K, 1.0 / K)
+        if d == 0.0:
+            return RankWeightSolution(omega, 1.0, 0.0, 0.0, 1.0, np.zeros(K), np.empty(0), 0)
+        acc = float(2.0 * special.ndtr(-0.5 * d))
+        rej = float(normal_mass(-0.5 * d, 0.5 * d))
+        return RankWeightSolution(omega, acc, rej, 0.0, acc, np.zeros(K), np.array([0.5 * d]), 0)
+    if d > DELTA_UNDERFLOW:
+        omega = np.zeros(K)
+        omega[-1] = 1.0
+        return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
-def _rank_weight_solution(d: float, K: int) -> RankWeightSolution:
-    w, val = _solve_rank_weights(d, K)
-    acc = _acceptance_rass_scalar(d, K, w)
-    if not np.isfinite(val):
-        val = acc
-    return RankWeightSolution(w, val, acc, abs(val - acc))
+def _solution(d: float, K: int) -> RankWeightSolution:
+    closed = _closed_form(d, K)
+    max_iter = MAX_ITER if K <= LARGE_K else LARGE_K_MAX_ITER
+    sol = closed if closed is not None else _optimise(d, K, max_iter)
+    _SOLVED.add((d, K))
+    return sol
 
 
-def rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
-    """Optimal RASS weights with the LP value, the exact acceptance and the quadrature loss."""
+_SOLVED: set = set()  # (delta, K) solved to the gap in this process (answers budgeted calls too)
+
+
+def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -> RankWeightSolution:
+    """Certified optimal RASS weights at one delta (finite >= 0; K in 1..128): weights, exact
+    acceptance and rejection, optimality gap (<= 1e-12 absolute once converged: always so far
+    for K <= 16; above, the solver stops after LARGE_K_MAX_ITER iterations and the gap it
+    reports may be larger) and the upper bound beside it. ``max_iter`` caps the solver's
+    iterations (an anytime answer: acceptance is achieved by the returned weights, upper_bound
+    bounds the optimum); None: solve to the gap (cached per (delta, K))."""
     d = float(check_delta(delta))
     K = check_K(K)
-    sol = _rank_weight_solution(d, K)
-    return sol._replace(omega=sol.omega.copy())
+    if max_iter is not None:
+        if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
+            raise InputError(f"max_iter must be an integer >= 0 or None, got max_iter={max_iter!r}")
+        if (d, K) in _cached_keys():
+            sol = _solution(d, K)
+        else:
+            sol = _closed_form(d, K) or _optimise(d, K, max_iter)
+    else:
+        sol = _solution(d, K)
+    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
+
+
+def _cached_keys() -> set:
+    return set(_SOLVED)
 
 
 def rank_weights(delta: float, K: int) -> np.ndarray:
-    """Optimal rank weights omega (shape (K,)) for one delta (HiGHS LP; cached by (delta, K))."""
-    d = float(check_delta(delta))
-    K = check_K(K)
-    return _solve_rank_weights(d, K)[0].copy()
+    """Optimal rank weights omega (shape (K,)) for one delta: a pure function of (delta, K)."""
+    return rank_weight_solution(delta, K).omega
 
 
-def acceptance_rass(delta, K: int, omega=None):
-    """integral min(q, p_omega) (exact, from the crossings); omega=None uses the optimal weights.
+def rank_weights_cvxpy(delta: float, K: int) -> tuple[np.ndarray, float]:
+    """Quadrature-LP weights from cvxpy (cross-check only; see :mod:`speccheck.theory.rass_lp`)."""
+    from speccheck.theory.rass_lp import rank_weights_cvxpy as _cvx
 
-    Vectorised over ``delta`` by a loop (each delta needs its own crossings).
-    """
-    d = check_delta(delta)
-    K = check_K(K)
-    w_fixed = None if omega is None else check_omega(omega, K)
-    out = np.empty(d.shape)
-    for idx, di in np.ndenumerate(d):
-        if w_fixed is None:
-            out[idx] = _rank_weight_solution(float(di), K).acceptance
-        else:
-            out[idx] = _acceptance_rass_scalar(float(di), K, w_fixed)
-    return out if d.ndim else float(out)
+    return _cvx(delta, K)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import mpmath as mp
+from numpy.typing import ArrayLike
 
 DPS = 120
 GOLDEN_DELTAS = ["0", "1e-9", "1e-6", "1e-3", "0.01", "0.1", "0.5", "1", "1.5", "2", "3", "4",
@@ -25,11 +27,11 @@ def _Phibar(x):
     return mp.ncdf(-x)
 
 
-def mp_acceptance_rmc(delta) -> mp.mpf:
+def mp_acceptance_rmc(delta: mp.mpf | str | float) -> mp.mpf:
     return 2 * _Phibar(mp.mpf(delta) / 2)
 
 
-def mp_acceptance_dgrs(delta, K: int) -> mp.mpf:
+def mp_acceptance_dgrs(delta: mp.mpf | str | float, K: int) -> mp.mpf:
     d = mp.mpf(delta)
     if d == 0:
         return mp.mpf(1)
@@ -42,7 +44,7 @@ def mp_acceptance_dgrs(delta, K: int) -> mp.mpf:
     return 1 - G
 
 
-def mp_list_bound_iid(delta, K: int) -> mp.mpf:
+def mp_list_bound_iid(delta: mp.mpf | str | float, K: int) -> mp.mpf:
     d = mp.mpf(delta)
     if d == 0:
         return mp.mpf(1)
@@ -67,10 +69,222 @@ def mp_list_bound_iid(delta, K: int) -> mp.mpf:
     return (1 - mp.ncdf(s) ** K) + mp.ncdf(s - d)
 
 
-def golden_rows():
+# ----------------------------------------------------------------- RASS optimum, high precision
+RASS_K = [2, 3, 4, 8, 16, 64]
+RASS_DPS = 60
+
+
+def _mp_binomial_terms(u, v, n: int) -> list:
+    """C(n, j) u^j v^(n-j), j = 0..n (u = Phi(z), v = Phibar(z) given separately)."""
+    return [mp.binomial(n, j) * u ** j * v ** (n - j) for j in range(n + 1)]
+
+
+class _MPLaw:
+    """p_omega at high precision: P(u) = sum_r omega_r b_r(u), its u-derivative and rank CDFs."""
+
+    def __init__(self, omega: list):
+        self.w = omega
+        self.K = len(omega)
+
+    def uv(self, z):
+        return mp.ncdf(z), mp.ncdf(-z)
+
+    def P(self, u, v):
+        K = self.K
+        t = _mp_binomial_terms(u, v, K - 1)
+        return K * mp.fsum(self.w[r] * t[r] for r in range(K))
+
+    def dP(self, u, v):
+        K = self.K
+        if K == 1:
+            return mp.mpf(0)
+        t = _mp_binomial_terms(u, v, K - 2)
+        return K * (K - 1) * mp.fsum((self.w[k + 1] - self.w[k]) * t[k] for k in range(K - 1))
+
+    def b(self, u, v) -> list:
+        K = self.K
+        t = _mp_binomial_terms(u, v, K - 1)
+        return [K * t[r] for r in range(K)]
+
+    def rank_cdf(self, z) -> list:
+        """I_r = P(S_(r) <= z) = P(Bin(K, u) >= r), r = 1..K (sums of positive terms)."""
+        if z == mp.inf:
+            return [mp.mpf(1)] * self.K
+        if z == -mp.inf:
+            return [mp.mpf(0)] * self.K
+        u, v = self.uv(z)
+        t = _mp_binomial_terms(u, v, self.K)
+        out, acc = [], mp.mpf(0)
+        for j in range(self.K, 0, -1):
+            acc += t[j]
+            out.append(acc)
+        return out[::-1]
+
+    def rank_sf(self, z) -> list:
+        """J_r = P(S_(r) > z) = P(Bin(K, u) < r), r = 1..K (the upper tail without cancellation)."""
+        if z == mp.inf:
+            return [mp.mpf(0)] * self.K
+        if z == -mp.inf:
+            return [mp.mpf(1)] * self.K
+        u, v = self.uv(z)
+        t = _mp_binomial_terms(u, v, self.K)
+        out, acc = [], mp.mpf(0)
+        for j in range(self.K):
+            acc += t[j]
+            out.append(acc)
+        return out
+
+
+def _mp_F(law: _MPLaw, z, d):
+    u, v = law.uv(z)
+    P = law.P(u, v)
+    F = mp.log(P) - d * z + d * d / 2
+    dF = law.dP(u, v) * mp.npdf(z) / P - d
+    return F, dF, P
+
+
+def _mp_pieces(law: _MPLaw, d, roots: list):
+    edges = [-mp.inf] + roots + [mp.inf]
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if a == -mp.inf and b == mp.inf:
+            mid = mp.mpf(0)
+        elif a == -mp.inf:
+            mid = b - 1
+        elif b == mp.inf:
+            mid = a + 1
+        else:
+            mid = (a + b) / 2
+        out.append((a, b, _mp_F(law, mid, d)[0] < 0))
+    return out
+
+
+def _mp_q_mass(a, b, d):
+    lo, hi = a - d, b - d
+    if lo >= 0:
+        return mp.ncdf(-lo) - mp.ncdf(-hi)
+    return mp.ncdf(hi) - mp.ncdf(lo)
+
+
+def mp_rass_at(omega: list, d: mp.mpf, roots: list) -> dict:
+    """A and 1 - A at fixed omega (mp numbers) given its crossings (refined here by Newton):
+    A = sum of the smaller law's mass per piece, 1 - A = sum over {q > p} of (Q - P) masses."""
+    law = _MPLaw(omega)
+    roots = [mp_refine_root(law, c, d) for c in roots]
+    cdf = {z: law.rank_cdf(z) for z in [-mp.inf, mp.inf] + roots}
+    sf = {z: law.rank_sf(z) for z in [-mp.inf, mp.inf] + roots}
+    acc, rej = mp.mpf(0), mp.mpf(0)
+    grad = [mp.mpf(0)] * law.K
+    for a, b, q_above in _mp_pieces(law, d, roots):
+        if a >= 0:
+            ranks = [sf[a][r] - sf[b][r] for r in range(law.K)]
+        else:
+            ranks = [cdf[b][r] - cdf[a][r] for r in range(law.K)]
+        p_mass = mp.fsum(w * m for w, m in zip(omega, ranks))
+        q_mass = _mp_q_mass(a, b, d)
+        if q_above:
+            acc += p_mass
+            rej += q_mass - p_mass
+            grad = [g + m for g, m in zip(grad, ranks)]
+        else:
+            acc += q_mass
+    return {"acceptance": acc, "rejection": rej, "gradient": grad, "roots": roots}
+
+
+def mp_refine_root(law: _MPLaw, c: mp.mpf | float, d: mp.mpf, iters: int = 60) -> mp.mpf:
+    z = mp.mpf(c)
+    for _ in range(iters):
+        F, dF, _ = _mp_F(law, z, d)
+        step = F / dF
+        z -= step
+        if abs(step) < mp.mpf(10) ** (-(mp.mp.dps - 5)) * max(1, abs(z)):
+            break
+    return z
+
+
+def mp_rass_optimum(delta: mp.mpf | str | float, K: int, omega0: ArrayLike, roots0: ArrayLike,
+                    newton_steps: int = 8) -> dict:
+    """The RASS optimum at high precision by the same exact method as the fast code: Newton on
+    the face {omega_r > 0} of the fast solution (gradient = rank masses on {q > p}, Hessian
+    -sum_c q(c) w_c w_c^T / |F'(c)|), crossings refined by Newton at every step."""
+    d = mp.mpf(delta)
+    support = [r for r in range(K) if omega0[r] > 0]
+    omega = [mp.mpf(float(w)) if w > 0 else mp.mpf(0) for w in omega0]
+    total = mp.fsum(omega)
+    omega = [w / total for w in omega]
+    roots = [mp.mpf(float(c)) for c in roots0]
+    res = mp_rass_at(omega, d, roots)
+    for _ in range(newton_steps):
+        law = _MPLaw(omega)
+        roots = res["roots"]
+        g = res["gradient"]
+        m = len(support)
+        H = mp.zeros(m + 1, m + 1)
+        for c in roots:
+            F, dF, P = _mp_F(law, c, d)
+            u, v = law.uv(c)
+            b = law.b(u, v)
+            scale = mp.npdf(c - d) / abs(dF)
+            w = [b[r] / P for r in support]
+            for i in range(m):
+                for j in range(m):
+                    H[i, j] -= scale * w[i] * w[j]
+        for i in range(m):
+            H[i, m] = H[m, i] = 1
+        rhs = mp.matrix([-g[r] for r in support] + [0])
+        try:
+            sol = mp.lu_solve(H, rhs)
+        except ZeroDivisionError:
+            sol = mp.qr_solve(H, rhs)[0]
+        step = [sol[i] for i in range(m)]
+        mean = mp.fsum(step) / m
+        t = mp.mpf(1)
+        for _ in range(40):  # damped: accept only steps that stay feasible and do not lower A
+            new = list(omega)
+            for i, r in enumerate(support):
+                new[r] = omega[r] + t * (step[i] - mean)
+            if min(new) >= 0:
+                trial = mp_rass_at(new, d, roots)
+                if trial["acceptance"] >= res["acceptance"] * (1 - mp.mpf(10) ** (-(RASS_DPS - 10))):
+                    break
+            t /= 2
+        else:
+            break
+        omega, res = new, trial
+        spread = max(res["gradient"][r] for r in support) - min(res["gradient"][r] for r in support)
+        if spread < mp.mpf(10) ** (-(RASS_DPS - 15)):
+            break
+    res["omega"] = omega
+    return res
+
+
+def rass_golden_rows(deltas: Iterable[str] | None = None, Ks: Iterable[int] | None = None) -> Iterator[dict]:
+    """High-precision RASS optimum rows (delta, K, acceptance, rejection) seeded by the fast solver."""
+    from speccheck.theory.rass import rank_weight_solution
+
+    deltas = RASS_DELTAS if deltas is None else deltas
+    Ks = RASS_K if Ks is None else Ks
+    with mp.workdps(RASS_DPS):
+        for K in Ks:
+            for ds in deltas:
+                if float(ds) == 0.0:
+                    continue
+                sol = rank_weight_solution(float(ds), K)
+                res = mp_rass_optimum(ds, K, sol.omega, sol.crossings)
+                yield {"delta": ds, "K": K, "rass": mp.nstr(res["acceptance"], 30),
+                       "rass_rejection": mp.nstr(res["rejection"], 30)}
+
+
+RASS_DELTAS = ["1e-12", "1e-9", "1e-6", "1e-3", "0.01", "0.1", "0.5", "1", "1.5", "2", "3", "4", "6", "8", "12",
+               "20", "30", "40"]
+
+
+def golden_rows(deltas: Iterable[str] | None = None, Ks: Iterable[int] | None = None) -> Iterator[dict]:
+    deltas = GOLDEN_DELTAS if deltas is None else deltas
+    Ks = GOLDEN_K if Ks is None else Ks
     with mp.workdps(DPS):
-        for ds in GOLDEN_DELTAS:
-            for K in GOLDEN_K:
+        for ds in deltas:
+            for K in Ks:
                 yield {
                     "delta": ds,
                     "K": K,
@@ -80,7 +294,22 @@ def golden_rows():
                 }
 
 
-def write_golden(out_dir: str | Path) -> Path:
+GOLDEN_FIELDS = ["delta", "K", "rmc", "dgrs", "iid_bound", "rass", "rass_rejection"]
+
+
+def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Path:
+    """Write ``out_dir/golden_acceptance.csv`` (RMC, D-GRS, i.i.d. bound for every row; the RASS
+    optimum and its rejection for K in ``rass_K``, default RASS_K) and return its path."""
+    rass_K = RASS_K if rass_K is None else list(rass_K)
+    deltas = sorted(set(GOLDEN_DELTAS) | set(RASS_DELTAS), key=float)
+    rows = list(golden_rows(deltas, GOLDEN_K))
+    rass = {(r["delta"], r["K"]): r for r in rass_golden_rows(RASS_DELTAS, rass_K)}
+    for r in rows:
+        extra = rass.get((r["delta"], r["K"]))
+        if float(r["delta"]) == 0.0 and r["K"] in rass_K:
+            extra = {"rass": "1.0", "rass_rejection": "0.0"}
+        r["rass"] = extra["rass"] if extra else ""
+        r["rass_rejection"] = extra["rass_rejection"] if extra else ""
     out = Path(out_dir) / "golden_acceptance.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
@@ -89,10 +318,13 @@ def write_golden(out_dir: str | Path) -> Path:
             f"# with mpmath {mp.__version__} at {DPS} significant digits (printed to 30): RMC 2 Phibar(delta/2);\n"
             "# D-GRS 1 - G_{K+1} by the exact recursion; the i.i.d.-list bound by bisection (500 steps)\n"
             "# on the larger root of ln K + (K-1) ln Phi(s) - delta s + delta^2/2 = 0.\n"
+            f"# rass, rass_rejection: the optimal-RASS acceptance A and 1 - A at {RASS_DPS} digits, by the\n"
+            "# same exact method as the fast code (crossings refined by Newton, closed-form binomial-tail\n"
+            "# and normal masses, Newton on the optimality conditions from the fast solver's face).\n"
         )
-        writer = csv.DictWriter(fh, fieldnames=["delta", "K", "rmc", "dgrs", "iid_bound"])
+        writer = csv.DictWriter(fh, fieldnames=GOLDEN_FIELDS)
         writer.writeheader()
-        writer.writerows(golden_rows())
+        writer.writerows(rows)
     return out
 
 

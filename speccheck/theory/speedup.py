@@ -9,8 +9,9 @@ min(first rejected level, L) steps, in expectation sum_{j=0}^{L-1} prod_{i<=j} a
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from speccheck.theory._validate import check_K
+from speccheck.theory.validate import check_K
 
 
 def _check_prob(a, name: str) -> np.ndarray:
@@ -20,7 +21,7 @@ def _check_prob(a, name: str) -> np.ndarray:
     return a
 
 
-def expected_steps_per_round(a) -> np.ndarray:
+def expected_steps_per_round(a: ArrayLike) -> np.ndarray:
     """E[committed steps] for per-level acceptances a[..., :L] (last axis = depth 1..L).
 
     Constant a gives (1 - a^L) / (1 - a).
@@ -32,14 +33,14 @@ def expected_steps_per_round(a) -> np.ndarray:
     return 1.0 + surv.sum(axis=-1)
 
 
-def chain_ceiling(a) -> np.ndarray:
+def chain_ceiling(a: ArrayLike) -> np.ndarray:
     """1 / (1 - a): steps per round of an infinitely long chain with acceptance a."""
     a = _check_prob(a, "a")
     with np.errstate(divide="ignore"):
         return np.where(a < 1, 1.0 / (1.0 - a), np.inf)
 
 
-def commit_distribution(a) -> np.ndarray:
+def commit_distribution(a: ArrayLike) -> np.ndarray:
     """P(commit c steps), c = 1..L, for per-level acceptances a[..., :L]."""
     a = _check_prob(a, "a")
     L = a.shape[-1]
@@ -49,7 +50,7 @@ def commit_distribution(a) -> np.ndarray:
     return p
 
 
-def expected_nfe(alpha, N: int, L: int, warmup: int = 1) -> float:
+def expected_nfe(alpha: ArrayLike, N: int, L: int, warmup: int = 1) -> float:
     """E[target calls] to run N steps with rounds of depth L_n = min(L, N - n).
 
     alpha[n, j]: acceptance at depth j + 1 of a round whose root is step n (shape (N, L));
@@ -67,6 +68,6 @@ def expected_nfe(alpha, N: int, L: int, warmup: int = 1) -> float:
     return float(warmup + V[0])
 
 
-def predicted_speedup(alpha, N: int, L: int, warmup: int = 1) -> float:
+def predicted_speedup(alpha: ArrayLike, N: int, L: int, warmup: int = 1) -> float:
     """N / E[NFE]: the NFE speed-up over the standard sampler's N calls."""
     return N / expected_nfe(alpha, N, L, warmup)

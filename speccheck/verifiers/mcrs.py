@@ -29,10 +29,12 @@ import hashlib
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from speccheck.theory import mcrs as _theory
 from speccheck.verifiers import _cache, _residual
@@ -43,6 +45,7 @@ from speccheck.verifiers.base import (
     group_deltas,
     uniform,
 )
+from speccheck.verifiers.grid import grid_bracket as _shared_grid_bracket
 from speccheck.verifiers.rass import ndtr as _ndtr
 
 Tensor = torch.Tensor
@@ -71,15 +74,14 @@ def grid_index(delta: np.ndarray) -> np.ndarray:
 def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, t): the policy used at each delta is (1 - t) pi[lo] + t pi[hi] (grid indices,
     TOP_INDEX for the top-rank policy beyond the grid). delta = 0 is the uniform policy alone;
-    between 0 and the first positive grid point it is mixed with that point's policy."""
+    between 0 and the first positive grid point it is mixed with that point's policy.
+
+    The bracket is :func:`speccheck.verifiers.grid.grid_bracket` on MCRS's own grid (coarser than
+    RASS's: each point costs an LP), plus the top-rank pseudo point at and beyond 12."""
     d = np.asarray(delta, np.float64).ravel()
-    lo = np.clip(np.searchsorted(DELTA_GRID, d, side="right") - 1, 0, DELTA_GRID.size - 2)
-    t = np.clip((d - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo]), 0.0, 1.0)
+    lo, hi, t = _shared_grid_bracket(d, DELTA_GRID)
     beyond = d >= DELTA_GRID[-1]
-    lo = np.where(beyond, TOP_INDEX, lo)
-    t = np.where(beyond, 0.0, t)
-    hi = np.where(t > 0.0, lo + 1, lo)
-    return lo, hi, t
+    return np.where(beyond, TOP_INDEX, lo), np.where(beyond, TOP_INDEX, hi), np.where(beyond, 0.0, t)
 
 
 def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
@@ -107,27 +109,36 @@ def _layout_key(K: int, G: int) -> str:
 
 
 def _cache_file(K: int, G: int) -> Path | None:
-    return _cache.cache_file(f"mcrs_policies_K{K}_G{G}_{_layout_key(K, G)}.npy")
+    # "checked": written only by the checked solver (files from before the checks are not read)
+    return _cache.cache_file(f"mcrs_policies_checked_K{K}_G{G}_{_layout_key(K, G)}.npy")
 
 
-def _stored_pi(K: int, G: int) -> np.ndarray:
-    """[TOP_INDEX, G, K] stored policies (NaN where none): package data, then the user cache."""
+def _stored_pi(K: int, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """([TOP_INDEX, G, K] stored policies (NaN where none), [TOP_INDEX] checked flags): package
+    data (checked where its ``checked_K{K}`` acceptance is recorded), then the user cache (only
+    ever written by the checked solver)."""
     out = np.full((TOP_INDEX, G, K), np.nan)
+    checked = np.zeros(TOP_INDEX, bool)
     key = _layout_key(K, G)
     sources = []
     if G == VERIFIER_G and PACKAGE_DATA.exists():
         try:
             with np.load(PACKAGE_DATA) as z:
                 if f"K{K}" in z and str(z[f"layout_K{K}"]) == key:
-                    sources.append(z[f"K{K}"])
+                    flags = z[f"checked_K{K}"] if f"checked_K{K}" in z else np.full(TOP_INDEX, np.nan)
+                    sources.append((z[f"K{K}"], np.isfinite(flags)))
         except (OSError, ValueError, KeyError):
             pass
-    sources.append(_cache.load(_cache_file(K, G), out.shape))
-    for arr in sources:
+    cached = _cache.load(_cache_file(K, G), out.shape)
+    if cached is not None:
+        sources.append((cached, np.ones(TOP_INDEX, bool)))
+    for arr, ok in sources:
         if arr is not None and arr.shape == out.shape:
-            fill = np.isnan(out[:, 0, 0]) & ~np.isnan(arr[:, 0, 0])
+            # a checked entry replaces an unchecked one; otherwise the first source wins
+            fill = ~np.isnan(arr[:, 0, 0]) & (np.isnan(out[:, 0, 0]) | (ok & ~checked))
             out[fill] = arr[fill]
-    return out
+            checked[fill] = ok[fill]
+    return out, checked
 
 
 class _PolicyTable:
@@ -139,6 +150,7 @@ class _PolicyTable:
         self.version = 0
         self.torch: dict[str, tuple[int, dict]] = {}
         self._stored: np.ndarray | None = None
+        self._checked: np.ndarray | None = None
 
     def policy(self, gi: int) -> _theory.MCRSPolicy:
         with _LOCK:
@@ -158,18 +170,28 @@ class _PolicyTable:
             return pol
 
     def _stored_policy(self, gi: int):
+        """The stored policy at grid point gi if it is checked, or passes the check now
+        (:func:`speccheck.theory.mcrs.check_level`); None: solve it (a stored policy that fails
+        the check is never used)."""
         if self._stored is None:
-            self._stored = _stored_pi(self.K, self.G)
+            self._stored, self._checked = _stored_pi(self.K, self.G)
         pi = self._stored[gi]
         if np.isnan(pi[0, 0]):
             return None
         a, abar = _theory.mcrs_edges(self.K, self.G)
-        return _theory.MCRSPolicy(self.K, a, abar, pi.copy(), float(DELTA_GRID[gi]))
+        delta = float(DELTA_GRID[gi])
+        pol = _theory.MCRSPolicy(self.K, a, abar, pi.copy(), delta)
+        if not self._checked[gi]:
+            if _theory.acceptance_of_policy(delta, pol) < _theory.check_level(delta, self.K, self.G):
+                return None
+            self._checked[gi] = True
+        return pol
 
     def _save(self, gi: int, pi: np.ndarray) -> None:
         if self._stored is None:
-            self._stored = _stored_pi(self.K, self.G)
+            self._stored, self._checked = _stored_pi(self.K, self.G)
         self._stored[gi] = pi
+        self._checked[gi] = True
         _cache.save(_cache_file(self.K, self.G), self._stored)
 
     def tables(self, used: np.ndarray, device) -> dict:
@@ -195,8 +217,9 @@ class _PolicyTable:
                 a=torch.as_tensor(ref.a, **f64),
                 abar_rev=torch.as_tensor(ref.abar[::-1].copy(), **f64),
                 abar=torch.as_tensor(ref.abar, **f64),
-                C=torch.as_tensor(_theory._rank_coeffs(self.K), **f64),
-                chebyshev=np.array_equal(ref.a, _theory.mcrs_edges(self.K, self.G)[0]) and _theory._GRID == "chebyshev",
+                C=torch.as_tensor(_theory.rank_coeffs(self.K), **f64),
+                chebyshev=(np.array_equal(ref.a, _theory.mcrs_edges(self.K, self.G)[0])
+                           and _theory.GRID_KIND == "chebyshev"),
             )
             self.torch[key] = (self.version, tab)
             return tab
@@ -213,14 +236,14 @@ def policy_table(K: int, G: int = VERIFIER_G) -> _PolicyTable:
         return _TABLES[key]
 
 
-def z_polynomial(policy) -> np.ndarray:
+def z_polynomial(policy: _theory.MCRSPolicy) -> np.ndarray:
     """g on cell j as one polynomial in z = a_{j+1} - x: g = sum_k P[j, k] z^k, shape (G, K).
 
     From g = sum_r C_r x^(r-1) Q_{r,j}(z) with x = a_{j+1} - z expanded binomially. Mixed signs:
     the absolute error is ~1e-13 (coefficients <= K 2^K, z <= cell width), negligible in total
     variation; the theory keeps the cancellation-free form for its exact evaluation."""
     K, G = policy.K, policy.G
-    C = _theory._rank_coeffs(K)
+    C = _theory.rank_coeffs(K)
     top = policy.a[1:]
     out = np.zeros((G, K))
     for r in range(1, K + 1):
@@ -313,7 +336,7 @@ class MCRS(ScalarVerifier):
             raise ValueError(f"G must be an integer >= 1, got G={G!r}")
         self.G = int(G)
 
-    def policies(self, delta, K: int) -> list:
+    def policies(self, delta: ArrayLike, K: int) -> list:
         """The MCRSPolicy used at each delta (flat list): the grid policies' interpolation."""
         d = np.asarray(delta, np.float64).ravel()
         tbl = policy_table(K, self.G)
@@ -327,9 +350,9 @@ class MCRS(ScalarVerifier):
             out.append(_theory.MCRSPolicy(K, p_lo.a, p_lo.abar, pi / pi.sum(axis=1, keepdims=True), float(x)))
         return out
 
-    def acceptance(self, delta, K: int) -> np.ndarray:
+    def acceptance(self, delta: ArrayLike, K: int) -> np.ndarray:
         """Exact integral min(q, p_pi) for the grid policy this kernel uses, per delta."""
-        from speccheck.theory._validate import check_delta, check_K
+        from speccheck.theory.validate import check_delta, check_K
 
         d = check_delta(delta)
         K = check_K(K)
@@ -359,7 +382,8 @@ class MCRS(ScalarVerifier):
         else:
             top = vals[:, K - 1 :]
             j = _cell(_ndtr(top), tab)[:, 0]
-            cum = torch.lerp(tab["cum"][full(mix_row[0]), j], tab["cum"][full(mix_row[1]), j], full(mix_row[2])[:, None])
+            cum = torch.lerp(tab["cum"][full(mix_row[0]), j], tab["cum"][full(mix_row[1]), j],
+                             full(mix_row[2])[:, None])
             r = (uniform((B, 1), s, generator) >= cum[:, :-1]).sum(dim=1, keepdim=True)
         sel = torch.gather(vals, 1, r)[:, 0]
         index = torch.gather(order, 1, r)[:, 0]
@@ -393,9 +417,11 @@ class MCRS(ScalarVerifier):
 
 
 # ------------------------------------------------------------------------- package data builder
-def build_policy_data(Ks, path: Path = PACKAGE_DATA, deltas=None, log=print) -> None:
-    """Solve the G = VERIFIER_G policies for each K at every grid point (or at the grid points
-    nearest ``deltas``) and merge them into the npz at ``path`` (keeps what is already there)."""
+def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLike | None = None,
+                      log: Callable[[str], None] = print) -> Path:
+    """Solve the checked G = VERIFIER_G policies for each K at every grid point (or at the grid
+    points nearest ``deltas``), record the acceptance each passed its check with
+    (``checked_K{K}``), merge into the npz at ``path`` (keeps checked entries) and return it."""
     import time
 
     G = VERIFIER_G
@@ -406,20 +432,28 @@ def build_policy_data(Ks, path: Path = PACKAGE_DATA, deltas=None, log=print) -> 
     for K in Ks:
         key = _layout_key(K, G)
         arr = data.get(f"K{K}")
+        checked = data.get(f"checked_K{K}")
         if arr is None or str(data.get(f"layout_K{K}")) != key or arr.shape != (TOP_INDEX, G, K):
             arr = np.full((TOP_INDEX, G, K), np.nan)
+            checked = None
+        if checked is None or checked.shape != (TOP_INDEX,):
+            checked = np.full(TOP_INDEX, np.nan)
         idx = range(1, TOP_INDEX) if deltas is None else sorted({int(i) for i in grid_index(np.asarray(deltas))})
         for gi in idx:
-            if gi in (0, TOP_INDEX) or not np.isnan(arr[gi, 0, 0]) or K == 1:
+            if gi in (0, TOP_INDEX) or np.isfinite(checked[gi]) or K == 1:
                 continue
             t0 = time.perf_counter()
-            arr[gi] = _theory.mcrs_policy(float(DELTA_GRID[gi]), K, G).pi
-            log(f"K={K} delta={DELTA_GRID[gi]:g}: {time.perf_counter() - t0:.1f} s")
-        data[f"K{K}"], data[f"layout_K{K}"] = arr, np.array(key)
+            delta = float(DELTA_GRID[gi])
+            pol = _theory.mcrs_policy(delta, K, G)  # checked: raises rather than return a failing policy
+            arr[gi] = pol.pi
+            checked[gi] = _theory.acceptance_of_policy(delta, pol)
+            log(f"K={K} delta={delta:g}: acceptance {checked[gi]:.12f} ({time.perf_counter() - t0:.1f} s)")
+        data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
         data["grid"] = DELTA_GRID
         tmp = Path(str(path) + ".tmp.npz")
         np.savez_compressed(tmp, **data)
         os.replace(tmp, path)
+    return Path(path)
 
 
 def _main(argv=None) -> int:  # pragma: no cover - writes the shipped policies

@@ -22,7 +22,7 @@ def test_dgrs_levels_recursion_matches_definition():
     lev = dgrs_levels(delta, K)
     for k in range(1, K + 1):
         lam = lev.lam[k]
-        f = lambda s: max(stats.norm.pdf(s - delta) - lam * stats.norm.pdf(s), 0.0)  # noqa: E731
+        f = lambda s, lam=lam: max(stats.norm.pdf(s - delta) - lam * stats.norm.pdf(s), 0.0)  # noqa: E731
         val = integrate.quad(f, lev.tau[k], np.inf, epsabs=1e-13)[0]
         assert lev.G[k] == pytest.approx(val, rel=1e-9, abs=1e-14)
         assert lev.lam[k] == pytest.approx(lev.lam[k - 1] + lev.G[k - 1], rel=1e-15)

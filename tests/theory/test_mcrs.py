@@ -150,9 +150,8 @@ def test_richer_policy_design_matrices_are_selection_laws(K):
     # give the r-th order statistic's Beta(r, K - r + 1) density, and a random policy a density
     # whose bin masses match a Monte Carlo of the rule (|z| < 5.3 on each of <= 200 bins in all:
     # false-failure rate < 3e-5).
-    from speccheck.theory.mcrs import (
-        _breakpoints, _design_matrix_minmax, _design_matrix_top2, _quadrature, minmax_edges,
-    )
+    from speccheck.theory.mcrs import _breakpoints, _quadrature
+    from speccheck.theory.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
 
     G = 5
     lo, lobar, hi, hibar = minmax_edges(K, G)
@@ -163,7 +162,7 @@ def test_richer_policy_design_matrices_are_selection_laws(K):
     S = np.sort(rng.random((n, K)), axis=1)
     lower = bu[1:] <= 0.5
     keep = np.where(lower, np.diff(bu), by[:-1] - by[1:]) > 0
-    for name, A, cells in [
+    for name, A, _cells in [
         ("top2", _design_matrix_top2(u, y, K, hi, hibar), None),
         ("minmax", _design_matrix_minmax(u, y, K, G), None),
     ]:
@@ -196,7 +195,7 @@ def test_minmax_policy_closes_the_small_delta_gap():
     beat the bound) and closes >= 90% of RASS's gap, where max-only MCRS at 160 cells stops at
     88.9% (theory/mcrs_gap_table.md). Deterministic LP; measured 93.7%."""
     from speccheck.theory import acceptance_rass, list_bound_iid
-    from speccheck.theory.mcrs import minmax_lp_acceptance
+    from speccheck.theory.mcrs_research import minmax_lp_acceptance
 
     r = minmax_lp_acceptance(0.1, 4, G=8)
     rass, bound = float(acceptance_rass(0.1, 4)), float(list_bound_iid(0.1, 4))
@@ -214,8 +213,22 @@ def test_theory_command_shows_mcrs(capsys):
     assert cli.main(["theory", "--delta", "0.5", "--K", "3"]) == 0
     out = capsys.readouterr().out
     assert "MCRS" in out and "closed" in out
-    (row,) = theory_table([0.5], [3], mcrs_G=64)
+    (row,) = theory_table([0.5], [3], mcrs_G=64)  # mcrs="auto": the LP is skipped, the note says how to get it
+    assert np.isnan(row["mcrs"]) and "--mcrs" in row["note"]
+    (row,) = theory_table([0.5], [3], mcrs_G=64, mcrs=True)
     assert row["rass"] - 1e-9 <= row["mcrs"] <= row["iid_bound"] + 1e-9
     assert 0.9 < row["mcrs_gap_closed"] <= 1.0 + 1e-6
     (row,) = theory_table([0.5], [3], mcrs_G=None)
     assert np.isnan(row["mcrs"])
+
+
+def test_policy_solves_are_checked_against_rass_and_the_coarser_grid():
+    """Issue 13.3: at K = 2, delta = 0.2 HiGHS stops with status 15 on the default G = 64 LP and
+    the old code silently shipped RASS's constant policy (0.98556). The checked solver retries
+    other discretisations and never returns less than RASS or the G = 32 policy."""
+    from speccheck.theory.mcrs import check_level
+
+    a64 = float(acceptance_mcrs(0.2, 2, 64))
+    assert a64 > float(acceptance_rass(0.2, 2)) + 0.01
+    assert a64 >= check_level(0.2, 2, 64)
+    assert a64 >= float(acceptance_mcrs(0.2, 2, 32)) * (1 - 1e-6)

@@ -159,7 +159,8 @@ def test_grid_policy_and_acceptance_bookkeeping(mcrs):
     assert lo[4] == hi[4] == TOP_INDEX
     p50, p52, p55 = mcrs.policies([0.5, 0.52, 0.55], 2)
     np.testing.assert_allclose(p52.pi, 0.6 * p50.pi + 0.4 * p55.pi, atol=1e-12)
-    assert acceptance_of_policy(0.5, p50) == pytest.approx(acceptance_of_policy(0.5, mcrs_policy(0.5, 2, G_TEST)), abs=1e-9)
+    assert acceptance_of_policy(0.5, p50) == pytest.approx(acceptance_of_policy(0.5, mcrs_policy(0.5, 2, G_TEST)),
+                                                          abs=1e-9)
     # the interpolated policy beats the nearest grid policy off the grid
     assert mcrs.acceptance(np.array([0.52]), 2)[0] > acceptance_of_policy(0.52, p50)
     with pytest.raises(ValueError):
@@ -177,19 +178,20 @@ def test_shipped_policies_match_the_layout_and_a_fresh_solve():
 
     assert mod.PACKAGE_DATA.exists()
     for K in (2, 3, 4, 16):
-        stored = mod._stored_pi(K, mod.VERIFIER_G)
+        stored, _ = mod._stored_pi(K, mod.VERIFIER_G)
         have = ~np.isnan(stored[:, 0, 0])
         assert have.any(), K
         assert np.allclose(stored[have].sum(axis=2), 1.0, atol=1e-9) and (stored[have] >= 0).all()
-    for K in (2, 3, 4):  # the whole grid (gate's trajectory layer meets any delta at K = 2)
-        assert (~np.isnan(mod._stored_pi(K, mod.VERIFIER_G)[1:, 0, 0])).all(), K
+    for K in (2, 3, 4):  # the whole grid (gate's trajectory layer meets any delta at K = 2), checked
+        stored, checked = mod._stored_pi(K, mod.VERIFIER_G)
+        assert (~np.isnan(stored[1:, 0, 0])).all() and checked[1:].all(), K
     # not stale: the stored policy is as good as a fresh solve (exact evaluation of both; the
     # LP optimum need not be unique, its value is)
     d = 0.5
     gi = int(grid_index(np.array([d]))[0])
     fresh = theory_mcrs.mcrs_policy(float(DELTA_GRID[gi]), 2, mod.VERIFIER_G)
     a, abar = theory_mcrs.mcrs_edges(2, mod.VERIFIER_G)
-    stored = theory_mcrs.MCRSPolicy(2, a, abar, mod._stored_pi(2, mod.VERIFIER_G)[gi])
+    stored = theory_mcrs.MCRSPolicy(2, a, abar, mod._stored_pi(2, mod.VERIFIER_G)[0][gi])
     assert acceptance_of_policy(d, stored) == pytest.approx(acceptance_of_policy(d, fresh), abs=1e-9)
 
 
@@ -218,7 +220,7 @@ def test_solved_policies_go_to_the_user_cache(monkeypatch, tmp_path):
     G = 8  # not the shipped G: nothing stored
     gi = int(grid_index(np.array([1.0]))[0])
     pi = mod._PolicyTable(2, G).policy(gi).pi
-    assert list(tmp_path.glob("mcrs_policies_K2_G8_*.npy"))
+    assert list(tmp_path.glob("mcrs_policies_checked_K2_G8_*.npy"))
     monkeypatch.setattr(theory_mcrs, "mcrs_policy", lambda *a, **k: (_ for _ in ()).throw(AssertionError("solved")))
     np.testing.assert_array_equal(mod._PolicyTable(2, G).policy(gi).pi, pi)
 
@@ -254,3 +256,39 @@ def test_closed_form_cell_index_equals_searchsorted(K):
     for u in (mod._ndtr(s), a.clone()):
         ref = (torch.searchsorted(a, u.contiguous(), right=True) - 1).clamp(0, a.shape[0] - 2)
         assert torch.equal(mod._cell(u, tab), ref)
+
+
+@pytest.mark.parametrize("delta,K", [(0.15, 2), (0.2, 2), (0.25, 2), (0.3, 2), (0.5, 3), (1.0, 4)])
+def test_kernel_acceptance_matches_acceptance_mcrs_within_5_se(delta, K):
+    """Issue 13 done-when: at 2^19 draws the kernel's empirical acceptance is within 5 standard
+    errors of speccheck.theory's acceptance_mcrs(delta, K, G=64) (two-sided false-failure rate
+    5.7e-7 per cell), including K = 2 at delta in [0.15, 0.3], where a degraded G = 64 LP once
+    shipped RASS's acceptance (0.98556 at delta = 0.2 vs MCRS's 0.99906)."""
+    from speccheck.theory.mcrs import acceptance_mcrs
+
+    n = 1 << 19
+    g = torch.Generator().manual_seed(1000 + K + int(100 * delta))
+    s = torch.randn(n, K, generator=g, dtype=torch.float64)
+    _, acc, _ = MCRS().verify(torch.full((n,), delta, dtype=torch.float64), s, g)
+    a = float(acceptance_mcrs(delta, K, G=64))
+    se = np.sqrt(a * (1 - a) / n)
+    assert abs(float(acc.double().mean()) - a) <= 5 * se, (float(acc.double().mean()), a, se)
+
+
+def test_an_unchecked_stored_policy_that_fails_the_check_is_never_used(monkeypatch, tmp_path):
+    """A stored policy without a check record is checked on first use; RASS's constant policy
+    stored at K = 2, delta = 0.2 (what a degraded LP once shipped) fails it and is re-solved."""
+    from speccheck.theory import mcrs as theory_mcrs
+    from speccheck.theory import rank_weights
+    from speccheck.verifiers import mcrs as mod
+
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
+    gi = int(grid_index(np.array([0.2]))[0])
+    stored = np.full((mod.TOP_INDEX, mod.VERIFIER_G, 2), np.nan)
+    stored[gi] = np.tile(rank_weights(float(DELTA_GRID[gi]), 2), (mod.VERIFIER_G, 1))
+    monkeypatch.setattr(mod, "_stored_pi", lambda K, G: (stored.copy(), np.zeros(mod.TOP_INDEX, bool)))
+    pol = mod._PolicyTable(2, mod.VERIFIER_G).policy(gi)
+    fresh = theory_mcrs.mcrs_policy(float(DELTA_GRID[gi]), 2, mod.VERIFIER_G)
+    assert acceptance_of_policy(0.2, pol) == pytest.approx(acceptance_of_policy(0.2, fresh), abs=1e-12)
+    assert acceptance_of_policy(0.2, pol) > acceptance_of_policy(0.2, theory_mcrs.MCRSPolicy(
+        2, pol.a, pol.abar, stored[gi])) + 0.01
