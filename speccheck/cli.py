@@ -172,8 +172,9 @@ def _add_theory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="finite, >= 0")
     p.add_argument("--K", type=int, nargs="+", default=[1, 2, 4, 8], help=f"draft counts in [1, {MAX_K}]")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--mcrs", action=argparse.BooleanOptionalAction, default=True,
-                   help="compute MCRS (its cold LP takes ~0.1-10 s per (delta, K))")
+    p.add_argument("--mcrs", action=argparse.BooleanOptionalAction, default=None,
+                   help="compute MCRS values whose policy is not stored (its cold LP takes ~0.1-10 s per "
+                        "(delta, K)); default: stored policies only, the rest skipped with a note")
     p.add_argument("--mcrs-G", type=int, default=64, help="cells of MCRS's policy, in [2, 1024] (0: skip MCRS)")
     p.set_defaults(func=_cmd_theory)
 
@@ -192,8 +193,8 @@ def _cmd_theory(args: argparse.Namespace) -> int:
         _check_int(args.mcrs_G, "--mcrs-G", 2, 1024)
     if len(args.delta) * len(args.K) > 10_000:
         raise UsageError(f"--delta x --K asks for {len(args.delta) * len(args.K)} rows; at most 10000")
-    mcrs_G = args.mcrs_G if (args.mcrs and args.mcrs_G) else None
-    rows = theory_table(args.delta, args.K, mcrs_G=mcrs_G)
+    mcrs_G = args.mcrs_G if (args.mcrs is not False and args.mcrs_G) else None
+    rows = theory_table(args.delta, args.K, mcrs_G=mcrs_G, mcrs="auto" if args.mcrs is None else args.mcrs)
     print(_json_text(rows) if args.json else format_theory_table(rows))
     return EXIT_OK
 
