@@ -15,21 +15,30 @@ Two samplers, both exact:
   the residual mass, so the *expected* number of proposals per verified row is 1. A caller that
   knows a set S containing {q > p} may propose from q restricted to S instead
   (:func:`truncated_normal`): the accepted law is again (q - p)_+ / mass, and the efficiency
-  rises by 1 / q(S). Rows still
-  pending after ``max_proposals`` proposals (only rows with a tiny residual mass, i.e. tiny
-  delta) finish with the inverse-CDF sampler. The number of proposals a row gets is decided
-  before they are drawn, and the first accepted proposal has the residual law whatever that
-  number, so the mixture is exact.
+  rises by 1 / q(S). A fixed number of rounds (one proposal per row, then at most
+  :data:`ROUNDS` rounds of m proposals per pending row, m sized from the acceptance rate seen so
+  far); rows still pending after them (only rows with a tiny residual mass, i.e. tiny delta)
+  finish with the inverse-CDF sampler. The number of proposals a row gets is decided before
+  they are drawn, and the first accepted proposal has the residual law whatever that number,
+  so the mixture is exact.
 * ``icdf``: inverse CDF. The residual's support inside [delta - 12, delta + 12] (outside it the
   residual mass is < 4e-33) is cut into cells of width 1/32; sign changes of h at the cell
-  edges locate the crossings of q and p, refined by bisection to machine precision, so each
+  edges locate the crossings of q and p, refined by a 16-section search (a fixed number of
+  steps) to machine precision, so each
   cell's positive part [a', b'] is known. On [a', b'] the residual is sampled at the 8
   Gauss-Legendre nodes; its degree-7 interpolant (relative error ~ (w/2)^8 / 8! |r^(8)/r|,
   below 1e-15 near delta and 1e-11 twelve units out, for the cell width w = 1/32)
   integrates in closed form to the cell CDF (a degree-8 polynomial). A row draws V, finds its
   cell from the cumulative masses, and solves the cell polynomial by safeguarded Newton.
+  Groups with delta > 40 draw from q itself (equal to the residual in float64).
   A positive bump narrower than one cell, with no sign change at the cell edges, would be
   missed (its mass is O(width^3)); the crossing counts of SPEC section 1 are far apart.
+
+Device discipline (issue 17): host syncs and kernel launches per call are bounded by constants
+independent of the batch size (one count per rejection round, one convergence check per
+inverse-CDF chunk; compaction by ``nonzero_static``, fixed-step root searches); prefix sums use
+:func:`scan_sum`, not CUDA's float cumsum (which raises in deterministic mode); constants are
+uploaded once per device.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import numpy as np
 import torch
 
 from speccheck.verifiers.base import positive_uniform, uniform
+from speccheck.verifiers.special import LOG_SQRT_2PI, ndtr
 
 Tensor = torch.Tensor
 # propose(rows[n] | None, m) -> [n, m] proposals from q (restricted to a superset of {q > p})
@@ -49,7 +59,6 @@ ProposeFn = Callable[["Tensor | None", int], Tensor]
 # (rows=None in sample_rejection means all rows, s then has shape [n, 1]).
 LogBFn = Callable[[Tensor, Tensor], Tensor]
 
-LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 WINDOW = 12.0  # half-width of the residual window around delta
 CELL = 1.0 / 32.0
 N_CELLS = int(round(2 * WINDOW / CELL))
@@ -73,16 +82,24 @@ _GL_X, _GL_W, _GL_C = _interp_integral_coeffs()
 _CONST_CACHE: dict = {}
 
 
-def _consts(device: torch.device):
+def _consts(device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """GL nodes [8], weights [8], integral coefficients [8, 9] and the signs (-1)^m [8] on the
+    device: uploaded in one copy on first use per device, then cached."""
     key = str(device)
     if key not in _CONST_CACHE:
-        _CONST_CACHE[key] = tuple(torch.as_tensor(a, dtype=torch.float64, device=device) for a in (_GL_X, _GL_W, _GL_C))
+        alt = np.array([(-1.0) ** m for m in range(N_GL)])
+        packed = torch.as_tensor(np.concatenate([_GL_X, _GL_W, _GL_C.ravel(), alt]), dtype=torch.float64, device=device)
+        x, w, C, a = torch.split(packed, [N_GL, N_GL, N_GL * (N_GL + 1), N_GL])
+        _CONST_CACHE[key] = (x, w, C.reshape(N_GL, N_GL + 1), a)
     return _CONST_CACHE[key]
 
 
 def log_ratio(s: Tensor, delta: Tensor, log_b: Tensor) -> Tensor:
-    """h(s) = log q(s) - log p(s) = delta s - delta^2/2 - log B(s) (delta broadcast against s)."""
-    return delta * s - 0.5 * delta * delta - log_b
+    """h(s) = log q(s) - log p(s) = delta (s - delta/2) - log B(s) (delta broadcast against s).
+
+    Written as delta (s - delta/2) so that no delta^2 overflows: for any finite delta the result
+    is finite or +-inf, never NaN (huge delta: -inf at the drafts, +inf at the proposals)."""
+    return delta * (s - 0.5 * delta) - log_b
 
 
 def residual_density(s: Tensor, delta: Tensor, log_b: Tensor) -> Tensor:
@@ -92,16 +109,42 @@ def residual_density(s: Tensor, delta: Tensor, log_b: Tensor) -> Tensor:
     return torch.clamp(q * -torch.expm1(-h), min=0.0)
 
 
+def scan_sum(x: Tensor) -> Tensor:
+    """Inclusive prefix sums along the last axis, deterministic on every device.
+
+    CUDA's float cumsum raises under ``torch.use_deterministic_algorithms(True)``; this
+    Hillis-Steele scan (ceil(log2 n) shifted additions, elementwise ops only) gives the same
+    bits on every run and 2 ceil(log2 n) ops whatever the batch."""
+    n = x.shape[-1]
+    shift = 1
+    while shift < n:
+        x = torch.cat([x[..., :shift], x[..., shift:] + x[..., :-shift]], dim=-1)
+        shift *= 2
+    return x
+
+
+def elem_budget(device: torch.device) -> int:
+    """Most proposals one rejection round may hold: an eighth of the free memory over ~64 bytes
+    per proposal on CUDA (float64 proposal, uniform, log B temporaries), 2^22 elsewhere (and
+    when the free memory cannot be read, e.g. under an emulation)."""
+    if device.type == "cuda":
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+            return int(max(1 << 20, min(1 << 28, free // (8 * 64))))
+        except (RuntimeError, AssertionError, AttributeError, ValueError):
+            pass
+    return 1 << 22
+
+
 # ----------------------------------------------------------------------------- rejection
-def _ndtr(x: Tensor) -> Tensor:
-    """Phi(x), full relative precision in the lower tail."""
-    return 0.5 * torch.special.erfc(x * -math.sqrt(0.5))
+_ndtr = ndtr  # old private name (kept for callers)
 
 
 class NormalPieces(NamedTuple):
     """N(mean_u, 1) restricted to a union of intervals, per group u, cut into one-tail pieces:
     lo, hi [U, P] (standardised), tail [U, P] (Phi(-lo) on the right of the mean, Phi(hi) on
-    the left), mass, cum [U, P], right [U, P] (bool), mean [U]."""
+    the left), mass, cum [U, P], right [U, P] (bool), mean [U], last [U] (index of the last
+    piece with positive mass)."""
 
     lo: Tensor
     hi: Tensor
@@ -110,31 +153,38 @@ class NormalPieces(NamedTuple):
     cum: Tensor
     right: Tensor
     mean: Tensor
+    last: Tensor
 
 
-def normal_pieces(mean: Tensor, lo: Tensor, hi: Tensor) -> NormalPieces:
+def normal_pieces(mean: Tensor, lo: Tensor, hi: Tensor, check: bool = True) -> NormalPieces:
     """Tables for :func:`sample_pieces`: mean [U]; lo, hi [U, J] disjoint intervals (+-inf
     allowed; an empty slot has lo >= hi). Each interval is split at the mean so that each piece
-    lies in one tail, where its mass and inverse CDF keep full relative precision."""
+    lies in one tail, where its mass and inverse CDF keep full relative precision.
+
+    ``check`` (one host sync): raise if a group's intervals carry no normal mass; callers that
+    know the masses on the host pass False."""
     a = lo - mean[:, None]
     b = hi - mean[:, None]
     zero = torch.zeros((), dtype=a.dtype, device=a.device)
     bl = torch.minimum(b, zero)  # left piece [a, bl], right piece [ar, b]
     ar = torch.maximum(a, zero)
-    t_left, t_right = _ndtr(bl), _ndtr(-ar)
-    m_left = torch.where(a < bl, t_left - _ndtr(a), zero)
-    m_right = torch.where(ar < b, t_right - _ndtr(-b), zero)
+    t_left, t_right = ndtr(bl), ndtr(-ar)
+    m_left = torch.where(a < bl, t_left - ndtr(a), zero)
+    m_right = torch.where(ar < b, t_right - ndtr(-b), zero)
     mass = torch.cat([m_left, m_right], dim=1)
-    cum = torch.cumsum(mass, dim=1)
-    if bool((cum[:, -1] <= 0).any()):
+    cum = scan_sum(mass)
+    if check and bool((cum[:, -1] <= 0).any()):
         raise RuntimeError("normal_pieces: a group's intervals carry no normal mass")
     right = torch.zeros_like(mass, dtype=torch.bool)
     right[:, a.shape[1]:] = True
+    P = mass.shape[1]
+    last = (P - 1) - torch.argmax(torch.flip(mass > 0, dims=[1]).to(torch.uint8), dim=1)
     return NormalPieces(torch.cat([a, ar], 1), torch.cat([bl, b], 1), torch.cat([t_left, t_right], 1),
-                        mass, cum, right, mean)
+                        mass, cum, right, mean, last)
 
 
-def sample_pieces(tab: NormalPieces, groups: Tensor | None, n: int, m: int, generator) -> Tensor:
+def sample_pieces(tab: NormalPieces, groups: Tensor | None, n: int, m: int, generator: torch.Generator | None
+                  ) -> Tensor:
     """[n, m] draws; row i from group groups[i] (``groups=None``: a single group, U = 1).
 
     A piece is chosen by its mass; inside it, with V ~ U[0, 1), a right piece is inverted from
@@ -142,28 +192,26 @@ def sample_pieces(tab: NormalPieces, groups: Tensor | None, n: int, m: int, gene
     (x = ndtri(Phi(hi) - V mass)): the argument of ndtri stays in (0, 1/2], never 0.
     """
     like = tab.mass
-    P = tab.mass.shape[1]
     if groups is None:
-        cum, total = tab.cum[0], tab.cum[0, -1]
-        v = uniform((n, m), like, generator) * total
+        cum = tab.cum[0]
+        v = uniform((n, m), like, generator) * cum[-1]
         j = torch.searchsorted(cum, v, right=True)
-        last = int(torch.nonzero(tab.mass[0] > 0)[-1])
+        last = tab.last[0]
 
-        def pick(x):
+        def pick(x: Tensor) -> Tensor:
             return x[0][j]
         mean = tab.mean[0]
     else:
         cum = tab.cum[groups]
         v = uniform((n, m), like, generator) * cum[:, -1:]
         j = torch.searchsorted(cum, v, right=True)
-        pos = tab.mass[groups] > 0
-        last = (P - 1) - torch.argmax(torch.flip(pos, dims=[1]).to(torch.uint8), dim=1, keepdim=True)
+        last = tab.last[groups][:, None]
         rows = groups[:, None]
 
-        def pick(x):
+        def pick(x: Tensor) -> Tensor:
             return x[rows, j]
         mean = tab.mean[groups][:, None]
-    j = torch.minimum(j, torch.as_tensor(last, device=j.device))  # v rounding up to the total
+    j = torch.minimum(j, last)  # v rounding up to the total
     V = uniform((n, m), like, generator)
     z = torch.special.ndtri(pick(tab.tail) - V * pick(tab.mass))
     z = torch.where(pick(tab.right), -z, z)
@@ -171,86 +219,119 @@ def sample_pieces(tab: NormalPieces, groups: Tensor | None, n: int, m: int, gene
     return z + mean
 
 
+ROUNDS = 3  # rejection rounds after the first (one proposal per row)
+FinishFn = Callable[[Tensor], Tensor]  # finish(rows[n]) -> exact residual samples for those rows
+
+
 def sample_rejection(
     delta: Tensor,
     log_b: LogBFn,
     generator: torch.Generator | None,
     max_proposals: int = 4096,
-    max_elems: int = 1 << 22,
+    max_elems: int | None = None,
     propose: ProposeFn | None = None,
+    finish: FinishFn | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Rejection sampling of the residual for each row of ``delta[n]``: proposals Y ~ N(delta, 1)
     (or ``propose(rows, m)``: q restricted to a superset of {q > p}) accepted w.p.
-    (1 - exp(-h(Y)))_+. Rounds give each pending row m proposals (the first accepted one is
-    kept); m adapts to the acceptance rate observed in the previous round.
+    (1 - exp(-h(Y)))_+; each row keeps its first accepted proposal.
 
-    Returns (x[n], done[n]); rows with done == False (more than ``max_proposals`` rejected
-    proposals, i.e. a tiny residual mass) still need a sample: use :func:`sample_icdf`.
+    Round 0 gives every row one proposal; then at most :data:`ROUNDS` rounds give each pending
+    row m proposals, m sized on the host from the acceptance rate observed so far (p^ =
+    accepted / proposals): 2 / p^ per row in the first rounds (a row survives w.p. ~e^-2), and
+    (log n_pending + 3) / p^ in the last one (expected survivors ~0.05), capped by
+    ``max_proposals`` per row in all and by ``max_elems`` per round (default: from the device's
+    free memory, :func:`elem_budget`). Each round costs ONE host sync (its two counts), and
+    compacts the pending rows with ``nonzero_static`` (no sync): at most 1 + ROUNDS syncs per call,
+    whatever n.
+
+    Returns (x[n], done[n]). Rows with done == False (tiny residual mass) still need a sample:
+    ``finish(rows)`` (e.g. :func:`sample_icdf`) draws them in place when given (then done is all
+    True); otherwise use :func:`sample_icdf` on them. Whether a row gets its j-th proposal is
+    decided before that proposal is drawn (from earlier rounds only), and a rejection carries no
+    information about the accepted value, so the first accepted proposal (or the fallback's
+    fresh draw) has the residual law: the result is exact.
     """
     n = delta.shape[0]
-    # round 0: one proposal per row, no index gathers
+    dev = delta.device
+    budget = int(max_elems) if max_elems else elem_budget(dev)
     if propose is None:
-        x = torch.randn(n, generator=generator, dtype=torch.float64, device=delta.device)
+        x = torch.randn(n, generator=generator, dtype=torch.float64, device=dev)
         x += delta
     else:
         x = propose(None, 1)[:, 0]
     h = log_ratio(x, delta, log_b(x[:, None], None)[:, 0])
     done = uniform((n,), x, generator) < -torch.expm1(-h)
-    pending = torch.nonzero(~done, as_tuple=True)[0]
-    if pending.numel() == 0:
-        return x, done
-    frac = 1.0 - pending.numel() / n
-    m = 1 if frac >= 0.5 else int(min(math.ceil(1.0 / max(frac, 1e-12)), 1 << 20))
-    used = 1
-    while pending.numel() and used < max_proposals:
-        m = max(1, min(m, max_proposals - used, max_elems // pending.numel()))
+    n_got = int(torch.count_nonzero(done))  # the round's one sync
+    n_pending, accepted, tried, used = n - n_got, n_got, n, 1
+    pending = torch.nonzero_static(~done, size=n_pending)[:, 0]
+    for rnd in range(1, ROUNDS + 1):
+        if n_pending == 0 or used >= max_proposals:
+            break
+        p_hat = (accepted + 0.5) / (tried + 1.0)
+        survive = math.log(n_pending) + 3.0 if rnd == ROUNDS else 2.0  # -log P(row survives)
+        m = math.ceil(survive / max(-math.log1p(-min(p_hat, 0.5)), 1e-12))
+        m = int(max(1, min(m, max_proposals - used, budget // n_pending, 1 << 24)))
         d = delta[pending, None]
         if propose is None:
-            y = torch.randn((pending.numel(), m), generator=generator, dtype=torch.float64, device=delta.device)
+            y = torch.randn((n_pending, m), generator=generator, dtype=torch.float64, device=dev)
             y += d
         else:
             y = propose(pending, m)
         h = log_ratio(y, d, log_b(y, pending))
         acc = uniform(y.shape, y, generator) < -torch.expm1(-h)
-        if m == 1:
-            got = acc[:, 0]
-            vals = y[:, 0]
-        else:
-            got = acc.any(dim=1)
-            first = torch.argmax(acc.to(torch.uint8), dim=1)
-            vals = torch.gather(y, 1, first[:, None])[:, 0]
-        rows = pending[got]
-        x[rows] = vals[got]
-        done[rows] = True
-        n_got = rows.numel()
+        got = acc.any(dim=1)
+        first = torch.argmax(acc.to(torch.uint8), dim=1)
+        vals = torch.gather(y, 1, first[:, None])[:, 0]
+        x[pending] = torch.where(got, vals, x[pending])
+        done[pending] = got
+        counts = torch.stack([torch.count_nonzero(got), torch.where(got, first + 1, m).sum()]).tolist()
+        n_got, n_tried = int(counts[0]), int(counts[1])
+        accepted += n_got
+        tried += n_tried
         used += m
-        # per-proposal acceptance p observed this round -> 1 / p proposals next round (a row
-        # then finishes w.p. ~1 - 1/e; this minimises the expected total of proposals)
-        frac = n_got / pending.numel()
-        p = 1.0 - (1.0 - frac) ** (1.0 / m) if frac < 1.0 else 1.0
-        m = 1 if p >= 0.5 else int(min(max(math.ceil(1.0 / max(p, 1e-12)), 2 * m), 1 << 20))
-        pending = pending[~got]
+        pending = pending[torch.nonzero_static(~got, size=n_pending - n_got)[:, 0]]
+        n_pending -= n_got
+    if finish is not None and n_pending:
+        x[pending] = finish(pending)
+        done[pending] = True
     return x, done
 
 
 # ----------------------------------------------------------------------------- inverse CDF
+SECTIONS = 16  # points per bracket and step of the crossing search
+SECTION_STEPS = 14  # a 1/32 cell cut 16-fold 14 times: 2^-61, below the float64 spacing of every |s| >= 2^-9
+NEWTON_STEPS = 8  # Newton steps between convergence checks (one check suffices in practice)
+DENSE_GROUPS = 8  # up to this many groups per chunk: search every cell (no compaction sync)
+HUGE_DELTA = 40.0  # beyond: (q - p)_+ / mass equals q to float64 precision on q's window
+
+
 def _bisect_crossings(lo: Tensor, hi: Tensor, delta: Tensor, groups: Tensor, log_b: LogBFn, pos_hi: Tensor) -> Tensor:
-    """Root of h in [lo, hi] (one sign change; ``pos_hi``: h(hi) > 0) by bisection to full precision."""
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if bool(((mid <= lo) | (mid >= hi)).all()):
-            break
-        hm = log_ratio(mid[:, None], delta[:, None], log_b(mid[:, None], groups))[:, 0]
-        right = (hm > 0) == pos_hi  # mid lies on hi's side of the crossing
-        hi = torch.where(right, mid, hi)
-        lo = torch.where(right, lo, mid)
+    """Root of h in [lo, hi] (one sign change; ``pos_hi``: h(hi) > 0) by :data:`SECTION_STEPS`
+    steps of a 16-section search (h at 15 interior points, keep the sub-bracket with the sign
+    change), no host check. Shapes: lo, hi, pos_hi [n, c] with delta, groups [n]."""
+    n, c = lo.shape
+    frac = torch.arange(1, SECTIONS, dtype=lo.dtype, device=lo.device) / SECTIONS
+    for _ in range(SECTION_STEPS):
+        width = hi - lo
+        pts = lo[..., None] + width[..., None] * frac  # [n, c, 15]
+        flat = pts.reshape(n, c * (SECTIONS - 1))
+        hm = log_ratio(flat, delta[:, None], log_b(flat, groups)).reshape(n, c, SECTIONS - 1)
+        before = ((hm > 0) != pos_hi[..., None]).sum(dim=-1)  # points on lo's side of the crossing
+        k_lo = before.to(lo.dtype)
+        new_lo = torch.where(before > 0, lo + width * (k_lo / SECTIONS), lo)
+        hi = torch.where(before < SECTIONS - 1, lo + width * ((k_lo + 1.0) / SECTIONS), hi)
+        lo = new_lo
     return 0.5 * (lo + hi)
 
 
-def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn):
+def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Per group u: cell positive parts [a', b'] ([U, M]), residual at their GL nodes ([U, M, 8]),
-    cumulative masses ([U, M]) and total mass ([U])."""
-    gx, gw, _ = _consts(delta_u.device)
+    cell masses and cumulative masses ([U, M]).
+
+    Crossings are bisected in place on every cell for at most :data:`DENSE_GROUPS` groups (no
+    sync), else on the compacted crossing cells (one sync)."""
+    gx, gw, _, _ = _consts(delta_u.device)
     U = delta_u.shape[0]
     j = torch.arange(N_CELLS + 1, dtype=torch.float64, device=delta_u.device)
     edges = (delta_u[:, None] - WINDOW) + CELL * j[None, :]
@@ -259,10 +340,14 @@ def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn):
     pa, pb = pos[:, :-1], pos[:, 1:]
     ea, eb = edges[:, :-1], edges[:, 1:]
     cross = pa != pb
-    c = ea.clone()
-    if bool(cross.any()):
+    if U <= DENSE_GROUPS:
+        c = _bisect_crossings(ea, eb, delta_u, groups, log_b, pb)
+    else:
+        c = ea.clone()
         cu, cj = torch.nonzero(cross, as_tuple=True)
-        c[cu, cj] = _bisect_crossings(ea[cu, cj], eb[cu, cj], delta_u[cu], groups[cu], log_b, pb[cu, cj])
+        c[cu, cj] = _bisect_crossings(ea[cu, cj][:, None], eb[cu, cj][:, None], delta_u[cu], groups[cu], log_b,
+                                      pb[cu, cj][:, None])[:, 0]
+    c = torch.where(cross, c, ea)
     a2 = torch.where(pa, ea, torch.where(pb, c, ea))
     b2 = torch.where(pb, eb, torch.where(pa, c, ea))
     half = 0.5 * (b2 - a2)
@@ -270,7 +355,7 @@ def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn):
     flat = nodes.reshape(U, -1)
     r = residual_density(flat, delta_u[:, None], log_b(flat, groups)).reshape(U, N_CELLS, N_GL)
     mass = half * (r @ gw)
-    cum = torch.cumsum(mass, dim=1)
+    cum = scan_sum(mass)
     return a2, b2, r, mass, cum
 
 
@@ -282,17 +367,20 @@ def _horner(coef: Tensor, t: Tensor) -> Tensor:
     return f
 
 
-def _solve_cell(coef: Tensor, half: Tensor, target: Tensor, max_iter: int = 30) -> Tensor:
+def _solve_cell(coef: Tensor, half: Tensor, target: Tensor, max_iter: int = 30) -> tuple[Tensor, Tensor, tuple]:
     """Solve F(t) = half * sum_m coef[:, m] t^m = target for t in [-1, 1] (F increasing, F(-1) = 0).
 
     Newton from the root of the quadratic Taylor model at t = -1, kept inside a shrinking
-    bracket (bisection when a step leaves it); stops after a round in which every step was
-    below 1e-11 (the error after that step is below 1e-20 in t).
+    bracket (bisection when a step leaves it). Runs blocks of :data:`NEWTON_STEPS` steps with no
+    host check inside a block; returns (t, converged, state) where ``converged`` (0-d bool, on
+    the device) says every row's last step was below 1e-11 (then the error is ~1e-22); the
+    caller checks it once, with its other flags, and runs :func:`_newton_block` from ``state``
+    while it is False.
     """
     deg = coef.shape[1] - 1
     dcoef = coef[:, 1:] * torch.arange(1, deg + 1, dtype=coef.dtype, device=coef.device)
     # initial guess: F(-1 + x) ~ half (F1 x + F2 x^2 / 2) with F1 = F'(-1), F2 = F''(-1)
-    alt = torch.tensor([(-1.0) ** m for m in range(deg)], dtype=coef.dtype, device=coef.device)
+    alt = _consts(coef.device)[3][:deg]
     F1 = half * (dcoef * alt).sum(dim=1)
     d2 = dcoef[:, 1:] * torch.arange(1, deg, dtype=coef.dtype, device=coef.device)
     F2 = half * (d2 * alt[: deg - 1]).sum(dim=1)
@@ -302,9 +390,15 @@ def _solve_cell(coef: Tensor, half: Tensor, target: Tensor, max_iter: int = 30) 
     quad = 2.0 * target / (F1 + torch.sqrt(disc.clamp(min=0.0)))
     x = torch.where((disc >= 0) & (F1 + torch.sqrt(disc.clamp(min=0.0)) > 0) & (quad <= 2.0), quad, lin)
     t = (x - 1.0).clamp(-1.0, 1.0)
-    lo = torch.full_like(t, -1.0)
-    hi = torch.ones_like(t)
-    for _ in range(max_iter):
+    state = (t, torch.full_like(t, -1.0), torch.ones_like(t))
+    return _newton_block(coef, dcoef, half, target, state, min(NEWTON_STEPS, max_iter))
+
+
+def _newton_block(coef: Tensor, dcoef: Tensor, half: Tensor, target: Tensor, state: tuple, steps: int
+                  ) -> tuple[Tensor, Tensor, tuple]:
+    t, lo, hi = state
+    small = torch.zeros((), dtype=torch.bool, device=t.device)
+    for _ in range(steps):
         f = half * _horner(coef, t) - target
         fp = half * _horner(dcoef, t)
         neg = f < 0
@@ -315,12 +409,9 @@ def _solve_cell(coef: Tensor, half: Tensor, target: Tensor, max_iter: int = 30) 
         outside = (fp <= 0) | (t_new < lo) | (t_new > hi)
         t_new = torch.where(outside, 0.5 * (lo + hi), t_new)
         t_new = torch.where(f == 0, t, t_new)
-        # quadratic convergence: once every step is < 1e-11 the remaining error is ~1e-22
-        done = bool(((t_new - t).abs() <= 1e-11).all())
+        small = ((t_new - t).abs() <= 1e-11).all()
         t = t_new
-        if done:
-            break
-    return t
+    return t, small, (t, lo, hi)
 
 
 def sample_icdf(
@@ -334,36 +425,41 @@ def sample_icdf(
     """Inverse-CDF residual samples for rows of groups: ``delta_u[U]`` holds each group's delta,
     ``log_b(s[n, m], groups[n])`` its log B, ``row_group[n]`` the group of each row.
 
-    Returns x[n] with x[i] ~ (q - p)_+ / mass for group row_group[i].
+    Returns x[n] with x[i] ~ (q - p)_+ / mass for group row_group[i]. Groups with delta >
+    :data:`HUGE_DELTA` draw from q = N(delta, 1) (equal to the residual to float64 precision).
+    Host syncs: 1 for one group (the Newton check, which also checks the masses); for several
+    groups + 1 (sort), + 1 per chunk of groups beyond the first, + 1 per chunk of more than
+    :data:`DENSE_GROUPS` groups. A second Newton block (1 more sync) only if the first did not
+    converge everywhere.
     """
     n = row_group.shape[0]
     out = torch.empty(n, dtype=torch.float64, device=delta_u.device)
     if n == 0:
         return out
-    _, _, gC = _consts(delta_u.device)
+    gC = _consts(delta_u.device)[2]
     V = positive_uniform((n,), delta_u, generator)
-    if delta_u.shape[0] == 1 or bool((row_group == row_group[0]).all()):
+    Z = torch.randn(n, generator=generator, dtype=torch.float64, device=delta_u.device)
+    d_tab = torch.clamp(delta_u, max=HUGE_DELTA)
+    if delta_u.shape[0] == 1:
         order = torch.arange(n, device=row_group.device)
         sorted_groups = row_group
+        chunks = [(0, n, delta_u.new_zeros(1, dtype=torch.long))]
     else:
         order = torch.argsort(row_group, stable=True)
         sorted_groups = row_group[order]
-    used = torch.unique_consecutive(sorted_groups)
-    per = max(1, min(256, max_elems // (N_CELLS * (N_GL + 1) * max(1, log_b_terms))))
-    bounds = torch.searchsorted(sorted_groups, used[per::per].contiguous()).tolist() if used.numel() > per else []
-    starts = [0] + bounds
-    ends = bounds + [n]
-    for st, en in zip(starts, ends):
+        used = torch.unique_consecutive(sorted_groups)
+        per = max(1, min(256, max_elems // (N_CELLS * (N_GL + 1) * max(1, log_b_terms))))
+        bounds = torch.searchsorted(sorted_groups, used[per::per].contiguous()).tolist() if used.numel() > per else []
+        starts, ends = [0] + bounds, bounds + [n]
+        chunks = [(st, en, used[i * per:(i + 1) * per]) for i, (st, en) in enumerate(zip(starts, ends))]
+    for st, en, gs in chunks:
         rows = order[st:en]
         g_rows = sorted_groups[st:en]
-        gs = torch.unique_consecutive(g_rows)  # the groups of this chunk (sorted)
         local = torch.searchsorted(gs, g_rows)
-        a2, b2, r, mass, cum = _cell_tables(delta_u[gs], gs, log_b)
+        a2, b2, r, mass, cum = _cell_tables(d_tab[gs], gs, log_b)
         total = cum[:, -1]
-        if bool((total <= 0).any()):
-            bad = gs[total <= 0][0]
-            raise RuntimeError(f"residual has no mass in [delta-12, delta+12] for delta={float(delta_u[bad])!r}")
-        cn = cum / total[:, None]
+        safe_total = torch.where(total > 0, total, 1.0)
+        cn = cum / safe_total[:, None]
         cn[:, -1] = 1.0
         keys = (cn + 2.0 * torch.arange(gs.numel(), dtype=torch.float64, device=cn.device)[:, None]).reshape(-1)
         v = V[rows]
@@ -374,6 +470,18 @@ def sample_icdf(
         target = torch.minimum(target, m)
         half = 0.5 * (b2[local, j] - a2[local, j])
         coef = r[local, j] @ gC  # [n, 9]: cell CDF polynomial in t / half
-        t = _solve_cell(coef, half, target)
-        out[rows] = a2[local, j] + half * (t + 1.0)
+        dcoef = coef[:, 1:] * torch.arange(1, coef.shape[1], dtype=coef.dtype, device=coef.device)
+        t, converged, state = _solve_cell(coef, half, target)
+        no_mass, ok = torch.stack([(total <= 0).any(), converged]).tolist()
+        if no_mass:
+            bad = gs[total <= 0][0]
+            raise RuntimeError(f"residual has no mass in [delta-12, delta+12] for delta={float(delta_u[bad])!r}")
+        steps = NEWTON_STEPS
+        while not ok and steps < 30:
+            t, converged, state = _newton_block(coef, dcoef, half, target, state, NEWTON_STEPS)
+            steps += NEWTON_STEPS
+            ok = bool(converged)
+        x = a2[local, j] + half * (t + 1.0)
+        d_rows = delta_u[g_rows]
+        out[rows] = torch.where(d_rows > HUGE_DELTA, d_rows + Z[rows], x)
     return out

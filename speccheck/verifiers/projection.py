@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from speccheck.verifiers.base import check_verify_outputs
+from speccheck.verifiers.base import Verifier, check_verify_outputs
 
 Tensor = torch.Tensor
 
@@ -50,7 +50,8 @@ def _check_state_inputs(mu_p, mu_q, sigma, children) -> tuple[Tensor, Tensor, Te
     return mu_p, mu_q, sigma, children
 
 
-def project(mu_p: Tensor, mu_q: Tensor, sigma, children: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def project(mu_p: Tensor, mu_q: Tensor, sigma: float | Tensor, children: Tensor
+            ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Rank-1 reduction. Returns (delta[B], e[B, d], s[B, K], z_perp[B, K, d], sigma[B]), float64."""
     mu_p, mu_q, sigma, children = _check_state_inputs(mu_p, mu_q, sigma, children)
     B, K = children.shape[:2]
@@ -58,17 +59,17 @@ def project(mu_p: Tensor, mu_q: Tensor, sigma, children: Tensor) -> tuple[Tensor
     Delta = (mu_q.reshape(B, -1).to(torch.float64) - mp) / sigma[:, None]
     delta = torch.linalg.vector_norm(Delta, dim=1)
     e = Delta / torch.where(delta > 0, delta, 1.0)[:, None]
-    zero = delta == 0
-    if bool(zero.any()):
-        e[zero] = 0.0
-        e[zero, 0] = 1.0
+    # delta = 0: any unit direction will do (s is then unused); e_0, without a host sync
+    first_axis = torch.zeros_like(e[:1])
+    first_axis[:, 0] = 1.0
+    e = torch.where((delta == 0)[:, None], first_axis, e)
     z = (children.reshape(B, K, -1).to(torch.float64) - mp[:, None, :]) / sigma[:, None, None]
     s = torch.einsum("bkd,bd->bk", z, e)
     z_perp = z - s[..., None] * e[:, None, :]
     return delta, e, s, z_perp, sigma
 
 
-def verify_states(verifier, mu_p: Tensor, mu_q: Tensor, sigma, children: Tensor,
+def verify_states(verifier: Verifier, mu_p: Tensor, mu_q: Tensor, sigma: float | Tensor, children: Tensor,
                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One verification step in state space.
 

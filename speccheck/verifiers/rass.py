@@ -22,14 +22,17 @@ exactly 0 for uniform weights, so tiny deltas keep their residual mass.
 from __future__ import annotations
 
 import hashlib
-import math
 import threading
+from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from speccheck.verifiers import _cache, _residual
+from speccheck.verifiers import special as _special
 from speccheck.verifiers.base import (
     ScalarVerifier,
     VerifyResult,
@@ -37,13 +40,12 @@ from speccheck.verifiers.base import (
     group_deltas,
     uniform,
 )
+from speccheck.verifiers.grid import DELTA_GRID, grid_bracket
+from speccheck.verifiers.special import log_rank_binomials
 
 Tensor = torch.Tensor
-_SQRT1_2 = math.sqrt(0.5)
-
-DELTA_GRID = np.unique(np.round(np.concatenate([
-    np.arange(0.0, 3.0, 0.02), np.arange(3.0, 8.0, 0.1), np.arange(8.0, 40.0 + 1e-9, 1.0),
-]), 12))
+__all__ = ["DELTA_GRID", "grid_bracket", "ndtr", "RASS", "RASSInverseCDF", "rass_weights", "grid_weights",
+           "precompute_weights", "residual_support", "support_rows", "log_mix"]
 
 _LOCK = threading.Lock()
 _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN rows: not solved yet)
@@ -71,7 +73,7 @@ def _save(K: int) -> None:
     _cache.save(_cache_file(K), _OMEGA[K])
 
 
-def grid_weights(g, K: int) -> np.ndarray:
+def grid_weights(g: ArrayLike, K: int) -> np.ndarray:
     """LP rank weights at grid indices ``g`` ([n] -> [n, K]); new grid points are solved by
     :func:`speccheck.theory.rank_weights` and cached (in memory and in ~/.cache/speccheck, or
     $SPECCHECK_CACHE_DIR; set it to an empty string to disable the file)."""
@@ -95,16 +97,7 @@ def precompute_weights(K: int, delta_max: float = 40.0) -> None:
     grid_weights(np.nonzero(DELTA_GRID <= delta_max + 1e-12)[0], K)
 
 
-def grid_bracket(delta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lo, hi, t) per delta (flattened): the kernel mixes grid points lo and hi with weight t
-    (hi = lo where t = 0); deltas beyond the grid use its last point."""
-    flat = np.minimum(np.asarray(delta, np.float64).ravel(), DELTA_GRID[-1])
-    lo = np.clip(np.searchsorted(DELTA_GRID, flat, side="right") - 1, 0, DELTA_GRID.size - 2)
-    t = np.clip((flat - DELTA_GRID[lo]) / (DELTA_GRID[lo + 1] - DELTA_GRID[lo]), 0.0, 1.0)
-    return lo, np.where(t > 0.0, lo + 1, lo), t
-
-
-def rass_weights(delta, K: int) -> np.ndarray:
+def rass_weights(delta: ArrayLike, K: int) -> np.ndarray:
     """The omega the RASS kernel uses at each delta: linear interpolation between the LP weights
     at the two neighbouring grid points (a convex combination, so always in W_K; exactly the LP
     weights on grid points, uniform at delta = 0). Shape delta.shape + (K,)."""
@@ -200,80 +193,195 @@ def support_rows(delta: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _log_binom(K: int) -> np.ndarray:
-    r = np.arange(1, K + 1)
-    return np.array([math.lgamma(K + 1) - math.lgamma(i) - math.lgamma(K - i + 1) for i in r])
+    return log_rank_binomials(K)
 
 
-def ndtr(x: Tensor) -> Tensor:
-    """Phi(x) with full relative precision in the lower tail (torch.special.ndtr loses it there)."""
-    return 0.5 * torch.special.erfc(x * -_SQRT1_2)
+ndtr = _special.ndtr  # re-exported (old home of the tail-accurate Phi)
 
 
-def _bernstein(a: Tensor, left: Tensor, x: Tensor) -> Tensor:
-    """sum_r a_r x^(r-1) where ``left`` and sum_r a_r x^(K-r) elsewhere (Horner), a [n|1, K]."""
-    K = a.shape[-1]
-    if a.shape[0] == 1:  # one set of coefficients: select them with scalar arithmetic
-        c = a[0].tolist()
+class Mix(NamedTuple):
+    """Coefficients of B(u) = sum_r A_r u^(r-1) (1-u)^(K-r), A_r = omega_r C_r, for U groups.
+
+    In x = min(u, 1-u) / max(u, 1-u) <= 1, B = max(u, 1-u)^(K-1) sum_i c_i x^i with c_i = A_(i+1)
+    where u <= 1/2 ("left") and c_i = A_(K-i) elsewhere. ``left``/``right`` [U, K] hold c shifted
+    by its first positive index j0 (``j0`` [U, 2], left/right), so the sum is x^j0 times a
+    polynomial >= c_j0 > 0: log B never underflows (x^j0 is taken in log space). ``Ad``: the
+    same for B - 1 (coefficients (omega_r - 1/K) C_r, unshifted; None when every delta is >=
+    :data:`PRECISE_BELOW`). ``cum`` [U, K-1]: cumulative omega (the rank draw). ``host``: for a
+    single group, the same coefficients as Python floats (scalar arithmetic, no gathers).
+    """
+
+    left: Tensor
+    right: Tensor
+    j0: Tensor
+    Ad: Tensor | None
+    cum: Tensor
+    host: tuple | None
+    any_shift: bool
+
+
+def _shifted(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pos = c > 0
+    j0 = np.where(pos.any(axis=1), np.argmax(pos, axis=1), 0)
+    K = c.shape[1]
+    idx = np.arange(K)[None, :] + j0[:, None]
+    out = np.where(idx < K, np.take_along_axis(c, np.minimum(idx, K - 1), axis=1), 0.0)
+    return out, j0
+
+
+def mix_from_weights(W: np.ndarray, precise: bool, device: torch.device) -> Mix:
+    """:class:`Mix` for rank weights W [U, K] (host), uploaded in one copy."""
+    U, K = W.shape
+    A = W * np.exp(log_rank_binomials(K))
+    left, j0l = _shifted(A)
+    right, j0r = _shifted(A[:, ::-1])
+    cum = np.cumsum(W, axis=1)[:, :-1]
+    Ad = (W - 1.0 / K) * np.exp(log_rank_binomials(K)) if precise else np.zeros((U, K))
+    j0 = np.stack([j0l, j0r], axis=1).astype(np.float64)
+    packed = torch.as_tensor(np.concatenate([left, right, j0, Ad, cum], axis=1), dtype=torch.float64, device=device)
+    parts = torch.split(packed, [K, K, 2, K, K - 1], dim=1)
+    host = None
+    if U == 1:
+        host = (left[0].tolist(), right[0].tolist(), (int(j0l[0]), int(j0r[0])),
+                (Ad[0].tolist(), Ad[0][::-1].tolist()) if precise else None)
+    return Mix(parts[0], parts[1], parts[2], parts[3] if precise else None, parts[4], host,
+               bool((j0 > 0).any()))
+
+
+def _poly(left_c: Tensor, right_c: Tensor, host: tuple | None, left: Tensor, x: Tensor) -> Tensor:
+    """sum_i c_i x^i, c = left_c where ``left`` else right_c (Horner); [n|1, K] or host lists."""
+    if host is not None:  # one set of coefficients: select them with scalar arithmetic
+        cl, cr = host
+        K = len(cl)
         lf = left.to(x.dtype)
-        f = lf * (c[K - 1] - c[0]) + c[0]
-        for j in range(K - 2, -1, -1):
-            lo, hi = c[K - 1 - j], c[j]
+        f = lf * (cl[K - 1] - cr[K - 1]) + cr[K - 1]
+        for i in range(K - 2, -1, -1):
+            lo, hi = cr[i], cl[i]
             f = torch.addcmul(lf * (hi - lo) + lo if hi != lo else torch.full_like(x, lo), f, x)
         return f
-    f = torch.where(left, a[:, K - 1:K], a[:, 0:1])
-    for j in range(K - 2, -1, -1):
-        f = torch.addcmul(torch.where(left, a[:, j:j + 1], a[:, K - 1 - j:K - j]), f, x)
+    K = left_c.shape[-1]
+    f = torch.where(left, left_c[:, K - 1:K], right_c[:, K - 1:K])
+    for i in range(K - 2, -1, -1):
+        f = torch.addcmul(torch.where(left, left_c[:, i:i + 1], right_c[:, i:i + 1]), f, x)
     return f
 
 
-def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
-    """log B(Phi(s)) for s [n, m] with per-row coefficients A, Ad [n or 1, K]; result [n, m].
+def _log_tail_asymptotic(a: Tensor) -> Tensor:
+    """log Phi(-a) for a >= 37 (where Phi(-a) < 1e-300 underflows): -a^2/2 - log(a sqrt(2 pi))
+    + log(1 - u + 3u^2 - 15u^3 + 105u^4 - 945u^5 + 10395u^6), u = 1/a^2 (the next term of the
+    asymptotic series is < 2e-17 there; log1p by its Taylor series, |v| < 1e-3). Inputs below
+    30 are clamped (their value is unused)."""
+    a = torch.clamp(a, min=30.0)
+    u = 1.0 / (a * a)
+    v = u * (-1.0 + u * (3.0 + u * (-15.0 + u * (105.0 + u * (-945.0 + u * 10395.0)))))
+    log_p = v * (1.0 + v * (-0.5 + v * (1.0 / 3.0 + v * (-0.25 + v * 0.2))))
+    return -0.5 * a * a - torch.log(a) - _special.LOG_SQRT_2PI + log_p
 
-    B = sum_r A_r u^(r-1) (1-u)^(K-r) by Horner in x = min(u, 1-u) / max(u, 1-u) <= 1 (all terms
-    positive: full relative precision, no overflow). With ``Ad`` (coefficients of B - 1), log B is
-    log1p(B - 1) wherever |B - 1| < 1/2, which keeps tiny deltas' residual mass; ``Ad=None`` skips it.
-    """
-    K = A.shape[-1]
+
+def log_mix_rows(s: Tensor, mix: Mix, rows: Tensor | None) -> Tensor:
+    """log B(Phi(s)) for s [n, m] with the coefficients of group ``rows[n]`` (None: mix has one
+    group, or one per row of s); result [n, m]. No host sync, finite or -inf for every s.
+
+    Near B = 1 (``mix.Ad``: some delta < PRECISE_BELOW) log B = log1p(B - 1) wherever
+    |B - 1| < 1/2, which keeps tiny deltas' residual mass (exactly 0 for uniform weights)."""
+    K = mix.left.shape[-1]
     if K == 1:
-        if Ad is None or not bool((Ad != 0).any()):
-            return torch.zeros_like(s)
-        return torch.log1p(Ad[:, :1] * torch.ones_like(s))
+        return torch.zeros_like(s)
+    host = mix.host if rows is None else None
+    if host is None and rows is not None:
+        mix = Mix(mix.left[rows], mix.right[rows], mix.j0[rows], None if mix.Ad is None else mix.Ad[rows],
+                  mix.cum, None, mix.any_shift)
     # one erfc: the smaller of u = Phi(s) and 1 - u is the tail Phi(-|s|), the larger 1 - that
-    small = 0.5 * torch.special.erfc(s.abs() * _SQRT1_2)
+    small = 0.5 * torch.special.erfc(s.abs() * _special.SQRT1_2)
     left = s <= 0  # u <= 1 - u
     big = 1.0 - small
     x = small / big
-    scale = big ** (K - 1)
-    Bv = _bernstein(A, left, x) * scale
-    logB = torch.log(Bv)
-    under = Bv < 1e-280  # far tails (subnormal or 0, e.g. s < -14 with omega = e_8): log space
-    if bool(under.any()):
-        idx = torch.nonzero(under, as_tuple=True)
-        su = s[idx]
-        a = A.expand(s.shape[0], K)[idx[0]]
-        r = torch.arange(K, dtype=s.dtype, device=s.device)
-        terms = (torch.log(a) + r * torch.special.log_ndtr(su)[:, None]
-                 + (K - 1 - r) * torch.special.log_ndtr(-su)[:, None])
-        logB = logB.index_put(idx, torch.logsumexp(terms, dim=1))
-    if Ad is None:
-        return logB
-    D = _bernstein(Ad, left, x) * scale
-    return torch.where(D.abs() < 0.5, torch.log1p(D), logB)
+    log_big = torch.log(big)
+    log_scale = (K - 1) * log_big
+    poly = _poly(mix.left, mix.right, None if host is None else host[:2], left, x)
+    log_b = torch.log(poly) + log_scale
+    if mix.any_shift:  # x^j0 in log space (never -inf * 0)
+        if host is not None:
+            j0l, j0r = host[2]
+            j0 = left.to(s.dtype) * float(j0l - j0r) + float(j0r)
+        else:
+            j0 = torch.where(left, mix.j0[:, :1], mix.j0[:, 1:2])
+        log_x = torch.where(small > 1e-300, torch.log(x), _log_tail_asymptotic(s.abs()) - log_big)
+        log_b = log_b + torch.where(j0 > 0, j0 * log_x, 0.0)
+    if mix.Ad is None:
+        return log_b
+    if host is not None:
+        D = _poly(None, None, host[3], left, x) * torch.exp(log_scale)
+    else:
+        D = _poly(mix.Ad, mix.Ad.flip(-1), None, left, x) * torch.exp(log_scale)
+    return torch.where(D.abs() < 0.5, torch.log1p(D), log_b)
+
+
+def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
+    """log B(Phi(s)) for s [n, m] with per-row coefficients A, Ad [n or 1, K] (A_r = omega_r C_r,
+    Ad_r = (omega_r - 1/K) C_r; ``Ad=None`` skips the log1p form); result [n, m].
+
+    Convenience form of :func:`log_mix_rows` (copies the coefficients to the host once)."""
+    K = A.shape[-1]
+    W = (A.detach().cpu().numpy() / np.exp(log_rank_binomials(K)))
+    mix = mix_from_weights(W, Ad is not None, s.device)
+    return log_mix_rows(s, mix, None)
 
 
 PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
 TRUNCATE_BELOW = 0.6  # residual rows propose from q truncated to their support when q(S) < this
+_TABLES: OrderedDict = OrderedDict()  # (K, device, delta bytes) -> (Mix, support tables), small U only
+_TABLES_MAX = 64
+
+
+def _device_tables(d_host: np.ndarray, K: int, device: torch.device) -> tuple[Mix, tuple | None]:
+    """(Mix, residual proposal tables) for the distinct deltas d_host: built on the host, uploaded
+    once, and kept on the device for up to 64 small (U <= 16) delta sets."""
+    key = (K, str(device), d_host.tobytes())
+    hit = _TABLES.get(key)
+    if hit is not None:
+        _TABLES.move_to_end(key)
+        return hit
+    W = rass_weights(d_host, K)  # [U, K], the weights acceptance() reports
+    mix = mix_from_weights(W, bool(d_host.min() < PRECISE_BELOW), device)
+    out = (mix, _support_tables(d_host, K, device))
+    if d_host.size <= 16:
+        _TABLES[key] = out
+        while len(_TABLES) > _TABLES_MAX:
+            _TABLES.popitem(last=False)
+    return out
+
+
+def _support_tables(d_host: np.ndarray, K: int, device: torch.device) -> tuple | None:
+    """Truncated-proposal tables (NormalPieces on the device) when the mean q(S) over the groups
+    is below :data:`TRUNCATE_BELOW` (truncated proposals cost ~1.5x a plain normal draw: worth it
+    only where they cut the number of proposals enough); None otherwise."""
+    from speccheck.theory.normal import normal_mass
+
+    lo, hi = support_rows(d_host, K)
+    width_ok = lo < hi
+    q_support = np.where(width_ok, normal_mass(np.where(width_ok, lo, 0.0) - d_host[:, None],
+                                               np.where(width_ok, hi, 0.0) - d_host[:, None]), 0.0).sum(axis=1)
+    if float(q_support.mean()) > TRUNCATE_BELOW or not np.all(q_support > 0):
+        return None
+    both = torch.as_tensor(np.stack([lo, hi]), dtype=torch.float64, device=device)
+    mean = torch.as_tensor(d_host, dtype=torch.float64, device=device)
+    return _residual.normal_pieces(mean, both[0], both[1], check=False), float(q_support.mean())
 
 
 class RASS(ScalarVerifier):
     """Rank-aware selection with optimal (grid-cached) rank weights; rejection-sampled residual
-    (inverse-CDF fallback for rows still pending after 2^11 - 1 proposals: tiny residual mass)."""
+    (inverse-CDF fallback for rows still pending after the rejection rounds: tiny residual mass).
+
+    Host syncs per call are bounded whatever the batch: one copy of the distinct deltas to the
+    host (the LP weights are solved and tabulated there), the rejection rounds' counts, and the
+    fallback's; the tables live on the device, cached per (K, deltas, device)."""
 
     name = "rass"
     description = "rank-aware selection, optimal rank weights (delta grid), rejection-sampled residual"
     residual = "rejection"
 
-    def acceptance(self, delta, K: int) -> np.ndarray:
+    def acceptance(self, delta: ArrayLike, K: int) -> np.ndarray:
         """integral min(q, p_omega) with the grid weights this kernel uses, per delta."""
         from speccheck.theory import acceptance_rass
         from speccheck.theory._validate import check_delta
@@ -289,17 +397,9 @@ class RASS(ScalarVerifier):
         B, K = s.shape
         dev = s.device
         delta_u, group = group_deltas(delta)
-        d_np = delta_u.cpu().numpy()
-        W = rass_weights(d_np, K)  # [U, K], the weights acceptance() reports
-        C = np.exp(_log_binom(K))
-        A_u = torch.as_tensor(W * C, dtype=torch.float64, device=dev)
-        Ad_u = None
-        if float(d_np.min()) < PRECISE_BELOW:
-            Ad_u = torch.as_tensor((W - 1.0 / K) * C, dtype=torch.float64, device=dev)
-        omega_u = torch.as_tensor(W, dtype=torch.float64, device=dev)
+        d_host = delta_u.cpu().numpy()
+        mix, support = _device_tables(d_host, K, dev)
         single = delta_u.shape[0] == 1
-        A_row = A_u if single else A_u[group]
-        Ad_row = Ad_u if single or Ad_u is None else Ad_u[group]
         if K == 1:
             sel, index = s[:, 0], torch.zeros(B, dtype=torch.long, device=dev)
         else:
@@ -309,53 +409,50 @@ class RASS(ScalarVerifier):
                 order = torch.stack([swap.long(), (~swap).long()], dim=1)
             else:
                 vals, order = torch.sort(s, dim=1)
-            cum = torch.cumsum(omega_u, dim=1)[:, :-1]
-            cum = cum if single else cum[group]
+            cum = mix.cum if single else mix.cum[group]
             r = (uniform((B, 1), s, generator) >= cum).sum(dim=1, keepdim=True)
             sel = torch.gather(vals, 1, r)[:, 0]
             index = torch.gather(order, 1, r)[:, 0]
-        h = _residual.log_ratio(sel, delta, log_mix(sel[:, None], A_row, Ad_row)[:, 0])
+        h = _residual.log_ratio(sel, delta, log_mix_rows(sel[:, None], mix, None if single else group)[:, 0])
         s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
-        if rej.numel():
-            s_out[rej] = self._residual(delta_u, A_u, Ad_u, group[rej], generator)
+        # the residual runs even for no rejected row (an empty call): the same syncs at every batch size
+        s_out[rej] = self._residual_rows(delta_u, mix, support, group[rej], generator)
         return s_out, accepted, index
 
-    def _residual(self, delta_u, A_u, Ad_u, group, generator) -> Tensor:
+    def _residual(self, delta_u: Tensor, A_u: Tensor, Ad_u: Tensor | None, group: Tensor, generator) -> Tensor:
+        """Residual samples for rows of ``group`` from coefficient tensors (tests; one host copy)."""
+        d_host = delta_u.cpu().numpy()
         K = A_u.shape[1]
+        W = A_u.detach().cpu().numpy() / np.exp(log_rank_binomials(K))
+        mix = mix_from_weights(W, Ad_u is not None, delta_u.device)
+        return self._residual_rows(delta_u, mix, _support_tables(d_host, K, delta_u.device), group, generator)
+
+    def _residual_rows(self, delta_u: Tensor, mix: Mix, support: tuple | None, group: Tensor, generator) -> Tensor:
+        single = delta_u.shape[0] == 1
 
         def log_b_groups(x, g):
-            return log_mix(x, A_u[g], None if Ad_u is None else Ad_u[g])
+            return log_mix_rows(x, mix, None if single else g)
 
         if self.residual == "icdf":
-            return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K)
-        single = delta_u.shape[0] == 1
-        d_rows = delta_u[group]
+            return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=mix.left.shape[1])
+        n = group.shape[0]
+        d_rows = delta_u.expand(n) if single else delta_u[group]
 
         def log_b_rows(x, rows):
             if single:
-                return log_mix(x, A_u, Ad_u)
-            g = group if rows is None else group[rows]
-            return log_mix(x, A_u[g], None if Ad_u is None else Ad_u[g])
+                return log_mix_rows(x, mix, None)
+            return log_mix_rows(x, mix, group if rows is None else group[rows])
 
-        lo_u, hi_u = (torch.as_tensor(a, dtype=torch.float64, device=delta_u.device)
-                      for a in support_rows(delta_u.cpu().numpy(), K))
-        tab = _residual.normal_pieces(delta_u, lo_u, hi_u)
-        # truncated proposals cost ~1.5x a plain normal draw: worth it only where they cut the
-        # number of proposals enough (q(S) = tab.cum[:, -1] well below 1)
-        q_support = tab.cum[:, -1] if single else tab.cum[group, -1]
-        if float(q_support.mean()) > TRUNCATE_BELOW:
-            propose = None
-        else:
-            propose = self._proposer(tab, single, group, d_rows.shape[0], generator)
-        x, done = _residual.sample_rejection(d_rows, log_b_rows, generator, max_elems=max(1 << 16, (1 << 23) // K),
-                                             propose=propose)
-        left = torch.nonzero(~done, as_tuple=True)[0]
-        if left.numel():
-            x[left] = _residual.sample_icdf(delta_u, log_b_groups, group[left], generator, log_b_terms=K)
+        propose = None if support is None else self._proposer(support[0], single, group, n, generator)
+
+        def finish(rows):
+            return _residual.sample_icdf(delta_u, log_b_groups, group[rows], generator, log_b_terms=mix.left.shape[1])
+
+        x, _ = _residual.sample_rejection(d_rows, log_b_rows, generator, propose=propose, finish=finish)
         return x
 
     @staticmethod
-    def _proposer(tab, single: bool, group, n_rows: int, generator):
+    def _proposer(tab, single: bool, group, n_rows: int, generator) -> _residual.ProposeFn:
         """propose(rows, m) for sample_rejection: q truncated to each row's residual support."""
 
         def propose(rows, m):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from speccheck.verifiers.base import ScalarVerifier, VerifyResult, positive_uniform
 
@@ -22,7 +23,7 @@ class RMC(ScalarVerifier):
     def supports_K(self, K: int) -> bool:
         return K == 1
 
-    def acceptance(self, delta, K: int = 1) -> np.ndarray:
+    def acceptance(self, delta: ArrayLike, K: int = 1) -> np.ndarray:
         from speccheck.theory.acceptance import acceptance_rmc
 
         if K != 1:

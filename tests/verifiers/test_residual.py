@@ -144,9 +144,10 @@ def test_normal_pieces_law(mean, intervals):
     assert_cdf(x, cdf, label=f"truncated normal mean={mean}")
     # the same law as group 1 of 2 (padded with an empty (inf, inf) slot in group 0)
     pad = torch.full((1, 1), np.inf, dtype=torch.float64)
-    tab2 = _residual.normal_pieces(torch.tensor([0.0, mean], dtype=torch.float64),
-                                   torch.cat([torch.cat([torch.tensor([[-1.0]], dtype=torch.float64), pad.expand(1, lo.shape[1] - 1)], 1), lo]),
-                                   torch.cat([torch.cat([torch.tensor([[1.0]], dtype=torch.float64), pad.expand(1, lo.shape[1] - 1)], 1), hi]))
+    fill = pad.expand(1, lo.shape[1] - 1)
+    lo2 = torch.cat([torch.cat([torch.tensor([[-1.0]], dtype=torch.float64), fill], 1), lo])
+    hi2 = torch.cat([torch.cat([torch.tensor([[1.0]], dtype=torch.float64), fill], 1), hi])
+    tab2 = _residual.normal_pieces(torch.tensor([0.0, mean], dtype=torch.float64), lo2, hi2)
     groups = torch.ones(N, dtype=torch.long)
     groups[: N // 2] = 0
     y = _residual.sample_pieces(tab2, groups, N, 1, g)[:, 0]
