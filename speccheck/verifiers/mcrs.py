@@ -6,8 +6,13 @@ min(1, q(S)/p_pi(S)) with p_pi(s) = phi(s) g_pi(Phi(s)) in closed form (log spac
 rejection draw from (q - p_pi)_+ normalised by rejection from the target (proposals
 N(delta, 1) accepted w.p. (1 - p_pi/q)_+; expected one proposal per verified row; the shared
 adaptive sampler of :mod:`speccheck.verifiers._residual`), with the shared inverse-CDF sampler
-as a fallback for rows still pending after 2^16 proposals.
+for rows still pending after its rounds (and for every rejected row when all deltas of a call
+are below :data:`TINY_RESIDUAL_DELTA`, where the residual mass is below ~1e-4).
 Exact for every feasible policy: the kernel always uses the g_pi of the policy it drew from.
+
+Device discipline (issue 17): host syncs per call do not grow with the batch (log g has no
+data-dependent branch; one upload of the groups' policy mix; the device tables are cached per
+(K, G, device) and rebuilt only when a new grid policy is solved).
 
 Policies. A batch mixes many deltas, so policies are tabulated on a fixed delta grid
 (:data:`DELTA_GRID`, solved by :func:`speccheck.theory.mcrs.mcrs_policy`, shipped as package
@@ -46,7 +51,7 @@ from speccheck.verifiers.base import (
     uniform,
 )
 from speccheck.verifiers.grid import grid_bracket as _shared_grid_bracket
-from speccheck.verifiers.rass import ndtr as _ndtr
+from speccheck.verifiers.special import ndtr as _ndtr
 
 Tensor = torch.Tensor
 
@@ -62,6 +67,8 @@ _LOCK = threading.Lock()
 # is ~10x cheaper cold (the sampler meets dozens of grid points per K) for a small loss of
 # acceptance (K = 4, delta = 0.1: 88.0% of RASS's gap closed at G = 80 vs 88.9% at 160).
 VERIFIER_G = 64
+# Below this delta (every group of a call) the residual skips the rejection rounds (see MCRS._residual).
+TINY_RESIDUAL_DELTA = 0.01
 
 
 def grid_index(delta: np.ndarray) -> np.ndarray:
@@ -82,6 +89,21 @@ def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     lo, hi, t = _shared_grid_bracket(d, DELTA_GRID)
     beyond = d >= DELTA_GRID[-1]
     return np.where(beyond, TOP_INDEX, lo), np.where(beyond, TOP_INDEX, hi), np.where(beyond, 0.0, t)
+
+
+def has_policies(delta: ArrayLike, K: int, G: int = VERIFIER_G) -> bool:
+    """Whether the policies the kernel uses at every ``delta`` are available without an LP solve
+    (solved already, stored in the package data or the user cache, or closed-form)."""
+    lo, hi, _ = grid_bracket(np.asarray(delta, np.float64))
+    table = policy_table(K, G)
+    for gi in np.unique(np.concatenate([lo, hi])):
+        gi = int(gi)
+        if gi in table.policies or gi in (0, TOP_INDEX) or K == 1:
+            continue
+        with _LOCK:
+            if table._stored_policy(gi) is None:
+                return False
+    return True
 
 
 def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
@@ -211,6 +233,7 @@ class _PolicyTable:
             f64 = dict(dtype=torch.float64, device=device)
             tab = dict(
                 slot=torch.as_tensor(slot, device=device),
+                slot_np=slot,
                 poly=torch.as_tensor(np.stack([_poly_or_one(k, p) for k, p in zip(keys, pols)]), **f64),
                 cum=torch.as_tensor(np.stack([np.cumsum(p.pi, axis=1) for p in pols]), **f64),
                 uniform=torch.as_tensor([_is_uniform(k, self.K) for k in keys], device=device),
@@ -312,16 +335,16 @@ def log_g(s: Tensor, mix: tuple, tab: dict) -> Tensor:
     def rows(x):
         return x[:, None].expand_as(j) if x.shape[0] == s.shape[0] else x.expand_as(j)
 
-    g = _g(z, j, rows(lo), tab)
-    if not bool((t > 0).any()):
-        return torch.log(g.clamp(min=0.0))
+    # Both policies are always evaluated and mixed with torch.where (no host check of t or of
+    # the uniform flags): the same ops and no sync whatever the mix (issue 17). At t = 0 the
+    # lerp is g_lo exactly; where g_lo is the uniform policy's g = 1 (written exactly),
+    # g = 1 + t (g_hi - 1) in log1p form keeps tiny deltas' residual mass.
     tt = rows(t)
+    g_lo = _g(z, j, rows(lo), tab)
     g_hi = _g(z, j, rows(hi), tab)
-    out = torch.log(torch.lerp(g, g_hi, tt).clamp(min=0.0))
-    uni = tab["uniform"][lo] & (t > 0)  # g_lo = 1: g = 1 + t (g_hi - 1), in log1p form
-    if bool(uni.any()):
-        out = torch.where(rows(uni), torch.log1p(tt * (g_hi - 1.0)), out)
-    return out
+    out = torch.log(torch.lerp(g_lo, g_hi, tt).clamp(min=0.0))
+    uni = tab["uniform"][lo] & (t > 0)
+    return torch.where(rows(uni), torch.log1p(tt * (g_hi - 1.0)), out)
 
 
 class MCRS(ScalarVerifier):
@@ -366,10 +389,13 @@ class MCRS(ScalarVerifier):
         B, K = s.shape
         dev = s.device
         delta_u, group = group_deltas(delta)
-        lo_u, hi_u, t_np = grid_bracket(delta_u.cpu().numpy())
+        delta_np = delta_u.cpu().numpy()
+        lo_u, hi_u, t_np = grid_bracket(delta_np)
         tab = policy_table(K, self.G).tables(np.concatenate([lo_u, hi_u]), dev)
-        mix_u = (tab["slot"][torch.as_tensor(lo_u, device=dev)], tab["slot"][torch.as_tensor(hi_u, device=dev)],
-                 torch.as_tensor(t_np, dtype=torch.float64, device=dev))  # each [U]
+        # one upload per call: the groups' (slot_lo, slot_hi, t) (slots are small ints, exact in float64)
+        mix_dev = torch.as_tensor(np.stack([tab["slot_np"][lo_u], tab["slot_np"][hi_u], t_np]).astype(np.float64),
+                                  device=dev)
+        mix_u = (mix_dev[0].long(), mix_dev[1].long(), mix_dev[2])  # each [U]
         single = delta_u.shape[0] == 1
         mix_row = mix_u if single else tuple(x[group] for x in mix_u)
 
@@ -390,16 +416,28 @@ class MCRS(ScalarVerifier):
         h = _residual.log_ratio(sel, delta, log_g(sel[:, None], mix_row, tab)[:, 0])
         s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
         if rej.numel():
-            # p = phi exactly (uniform policy, t = 0): the residual is the reflection of the draft
-            uni = (tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0))[rej]
-            s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])
-            rest = rej[~uni]
-            if rest.numel():
-                s_out[rest] = self._residual(delta_u, mix_u, group[rest], tab, generator)
+            # p = phi exactly (uniform policy, t = 0): the residual is the reflection of the draft.
+            # Which groups are uniform is known on the host (no sync unless the batch mixes both).
+            uni_u = ((K == 1) | (lo_u == 0)) & (t_np == 0)
+            if uni_u.all():
+                s_out[rej] = delta[rej] - sel[rej]
+            elif not uni_u.any():
+                s_out[rej] = self._residual(delta_u, mix_u, group[rej], tab, generator, delta_np)
+            else:
+                uni = (tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0))[rej]
+                s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])
+                rest = rej[~uni]
+                if rest.numel():
+                    s_out[rest] = self._residual(delta_u, mix_u, group[rest], tab, generator, delta_np)
         return s_out, accepted, index
 
-    def _residual(self, delta_u, mix_u, group, tab, generator) -> Tensor:
+    def _residual(self, delta_u, mix_u, group, tab, generator, delta_np: np.ndarray) -> Tensor:
+        """Residual draws for rows of groups ``group``: rejection from q, the inverse CDF for the
+        rows still pending. When every group's delta is below :data:`TINY_RESIDUAL_DELTA` the
+        residual mass is below ~1e-4 (thousands of proposals per row), so rows get one proposal
+        and go to the inverse CDF (a fixed cost per group, and a fixed number of syncs)."""
         K = tab["C"].shape[0]
+        max_proposals = 1 if float(delta_np.max()) < TINY_RESIDUAL_DELTA else 1 << 16
 
         def log_b_rows(x, rows):
             g = group if rows is None else group[rows]
@@ -408,11 +446,11 @@ class MCRS(ScalarVerifier):
         def log_b_groups(x, g):
             return log_g(x, tuple(m[g] for m in mix_u), tab)
 
-        x, done = _residual.sample_rejection(delta_u[group], log_b_rows, generator, max_proposals=1 << 16,
-                                             max_elems=max(1 << 14, (1 << 22) // (K * K)))
-        left = torch.nonzero(~done, as_tuple=True)[0]
-        if left.numel():  # residual mass < ~1e-6: never seen for grid deltas >= 1e-3
-            x[left] = _residual.sample_icdf(delta_u, log_b_groups, group[left], generator, log_b_terms=K * K)
+        def finish(rows):  # rows still pending after the rejection rounds (tiny residual mass)
+            return _residual.sample_icdf(delta_u, log_b_groups, group[rows], generator, log_b_terms=K * K)
+
+        x, _ = _residual.sample_rejection(delta_u[group], log_b_rows, generator, max_proposals=max_proposals,
+                                          finish=finish)
         return x
 
 

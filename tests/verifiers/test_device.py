@@ -67,13 +67,7 @@ def test_mcrs_has_no_device_errors():
             assert got["finite"], (K, delta)
 
 
-_MCRS_LOG_G_SYNCS = pytest.mark.xfail(
-    reason="verifiers/mcrs.py (its owner's): log_g syncs on every call (bool((t > 0).any()), bool(uni.any())) and "
-           "the inverse-CDF fallback calls it ~16 times, so a call that needs the fallback costs ~17 more syncs",
-    strict=False)
-
-
-@pytest.mark.parametrize("K", [4, pytest.param(16, marks=_MCRS_LOG_G_SYNCS)])
+@pytest.mark.parametrize("K", [4, 16])
 def test_mcrs_syncs_do_not_grow_with_the_batch(K):
     """MCRS's residual runs through the bounded rejection rounds of _residual.sample_rejection."""
     small = _fake_cuda_call("mcrs", K, 1.0, 1 << 14)

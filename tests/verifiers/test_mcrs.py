@@ -8,7 +8,7 @@ from scipy import special, stats
 
 from speccheck.theory.mcrs import acceptance_of_policy, mcrs_policy
 from speccheck.verifiers import get
-from speccheck.verifiers.mcrs import DELTA_GRID, MCRS, grid_index
+from speccheck.verifiers.mcrs import DELTA_GRID, MCRS, TINY_RESIDUAL_DELTA, grid_bracket, grid_index, has_policies
 
 ALPHA = 1e-6  # false-failure rate of each statistical assertion
 
@@ -292,3 +292,65 @@ def test_an_unchecked_stored_policy_that_fails_the_check_is_never_used(monkeypat
     assert acceptance_of_policy(0.2, pol) == pytest.approx(acceptance_of_policy(0.2, fresh), abs=1e-12)
     assert acceptance_of_policy(0.2, pol) > acceptance_of_policy(0.2, theory_mcrs.MCRSPolicy(
         2, pol.a, pol.abar, stored[gi])) + 0.01
+
+
+def test_tiny_delta_residual_law_through_the_inverse_cdf(mcrs):
+    """Below TINY_RESIDUAL_DELTA the residual skips the rejection rounds (one proposal, then the
+    inverse CDF): its draws follow (q - p_pi)_+ / (1 - a). The residual mass is ~1e-5 there, so
+    the residual sampler is called directly. One DKW assertion: false-failure rate ALPHA."""
+    from speccheck.theory.mcrs import _g_mass, _pieces
+    from speccheck.verifiers.mcrs import policy_table
+
+    delta, K, n = 0.005, 2, 1 << 14
+    assert delta < TINY_RESIDUAL_DELTA
+    pol = mcrs.policies([delta], K)[0]
+    pieces = list(_pieces(pol, delta))
+    a = acceptance_of_policy(delta, pol)
+
+    def residual_cdf(t):
+        tot = 0.0
+        for s0, s1, q_above in pieces:
+            if s0 >= t:
+                break
+            hi = min(s1, t)
+            if q_above:
+                q = special.ndtr(hi - delta) - special.ndtr(s0 - delta)
+                p = _g_mass(special.ndtr(s0), special.ndtr(-s0), special.ndtr(hi), special.ndtr(-hi), pol)
+                tot += q - p
+        return tot / (1 - a)
+
+    lo, hi, t = grid_bracket(np.array([delta]))
+    tab = policy_table(K, mcrs.G).tables(np.concatenate([lo, hi]), torch.device("cpu"))
+    mix_u = (tab["slot"][torch.as_tensor(lo)], tab["slot"][torch.as_tensor(hi)], torch.as_tensor(t))
+    g = torch.Generator().manual_seed(21)
+    x = mcrs._residual(torch.tensor([delta], dtype=torch.float64), mix_u, torch.zeros(n, dtype=torch.long), tab, g,
+                       np.array([delta]))
+    xs = np.sort(x.numpy())
+    assert np.isfinite(xs).all()
+    grid = np.quantile(xs, np.linspace(0.01, 0.99, 41))
+    F = np.array([residual_cdf(v) for v in grid])
+    Fn = np.searchsorted(xs, grid, side="right") / n
+    assert np.max(np.abs(Fn - F)) < _dkw_eps(n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K", [1, 4, 16])
+def test_syncs_and_ops_per_call_do_not_grow_with_the_batch(K):
+    """Issue 17 on the fake-CUDA emulation: syncs per call at 2^22 rows <= syncs at 2^16 rows + 4
+    (ops <= + 4000) at delta in {0.001, 1, 10}, no device errors. Grid points whose policy is not
+    shipped (K = 16 at delta = 0.001: a cold LP of minutes) are left out."""
+    from tests.verifiers.test_device import _fake_cuda_call
+
+    ran = 0
+    for delta in (0.001, 1.0, 10.0):
+        if not has_policies([delta], K):
+            continue
+        small = _fake_cuda_call("mcrs", K, delta, 1 << 16)
+        big = _fake_cuda_call("mcrs", K, delta, 1 << 22)
+        label = (K, delta, small["syncs"], big["syncs"], small["ops"], big["ops"])
+        assert not small["errors"] and not big["errors"], (label, small["errors"], big["errors"])
+        assert small["finite"] and big["finite"], label
+        assert big["syncs"] <= small["syncs"] + 4, label
+        assert big["ops"] <= small["ops"] + 4000, label
+        ran += 1
+    assert ran >= 2
