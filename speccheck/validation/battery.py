@@ -1,299 +1,306 @@
 """The exactness battery: run a suite of statistical and contract tests on one verifier.
 
-Layers (see ``validation/*.toml`` for their sizes):
+Layers (sizes in the suite's TOML, ``speccheck/data/suites/*.toml``; ``layers=`` picks some):
 
-1. scalar kernel on a delta x K grid: KS of s_out against N(delta, 1) (DKW-Massart
-   threshold), a binned test of the lower and upper ``tail_q`` tails (exact binomial), and
-   the contract (shapes, dtype, device; accepted => s_out == s[index]; index == K iff
-   rejected; finite output; same generator seed => same output; different seeds differ);
-2. acceptance: exact binomial test against the verifier's declared ``acceptance(delta, K)``
-   (when it declares one), and a one-sided test against the i.i.d.-list bound (a rule whose
-   acceptance is significantly above it cannot be exact);
-3. the d-dimensional wrapper (``verify_states``, or the verifier's own ``verify_states``
-   method if it defines one): the standardised output (Y - mu_q) / sigma projected on the
-   displacement direction and on a fresh random direction per row (KS vs N(0, 1)), its squared
-   norm (KS vs chi^2_d), a linear-time MMD against fresh N(0, I) draws, and the contract
-   (accepted => Y == the accepted child);
-4. trajectory (``speccheck.validation.trajectory``, when present).
+- L0 contract (:func:`speccheck.validation.contract.contract_checks`): shapes, dtypes, device,
+  index == K iff rejected, accepted => s_out == s[index], same seed => same output, another
+  seed changes it, ``generator=None`` works, inputs unchanged. Deterministic (rate 0).
+- L1 scalar grid: KS of s_out against N(delta, 1) (DKW-Massart) and the lower/upper
+  ``tail_q`` tails (exact binomial) on a delta x K grid, plus the contract on every batch
+  (the samples stay on the device; :mod:`speccheck.validation.device_stats` reduces them);
+- L2 acceptance on the same draws: exact binomial test against the declared
+  ``acceptance(delta, K)`` and a one-sided test against the i.i.d.-list bound (n/a where the
+  bound is 1);
+- L3 the d-dimensional wrapper (``verify_states``, or the verifier's own method): the
+  standardised output projected on the displacement and on a random direction (KS vs
+  N(0, 1)), its squared norm (KS vs chi^2_d), a linear-time MMD, and the wrapper contract;
+- L4 trajectory (:mod:`speccheck.validation.trajectory`): innovations by commit depth and the
+  exact Gaussian chain law;
+- L5 continuous (:mod:`speccheck.validation.continuous`): rows with their own delta over
+  [0, 40] and every K of the suite: PIT and acceptance, per stratum (delta bin x K).
 
 Error control: every statistical test has a valid p-value; the suite's family-wise
-false-failure rate ``family_alpha`` is split by Holm; thresholds are quoted at the binding
-level family_alpha / m. Contract checks are deterministic (false-failure rate 0).
+false-failure rate ``family_alpha`` is split by Holm over all of them; thresholds are quoted
+at the binding level family_alpha / m; each test carries its minimum detectable deviation at
+the suite's power. When the run fails, :mod:`speccheck.validation.localise` confirms the
+failing delta window and K on fresh draws, with an error budget of its own.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
-from scipy import special, stats as sstats
+from scipy import special
+from scipy import stats as sstats
 
-from speccheck.validation.stats import (
-    TestResult,
-    binom_test,
-    holm_adjust,
-    ks_dkw_test,
-    tail_test,
+from speccheck.errors import DeviceError, InputError, LoadError
+from speccheck.seeding import generator as make_generator
+from speccheck.seeding import unit_seed
+from speccheck.validation import continuous, device_stats, localise
+from speccheck.validation.contract import (
+    call_verify,
+    check_batch,
+    contract_checks,
+    contract_result,
+    is_device_failure,
+    supports,
 )
+from speccheck.validation.results import LAYERS, BatteryReport, TestResult
+from speccheck.validation.stats import binom_test, holm_adjust, ks_dkw_test
 from speccheck.validation.suites import Suite, load_suite
+from speccheck.validation.trajectory import run_trajectory_checks
 
+__all__ = ["BatteryReport", "TestResult", "assert_battery_passes", "contract_checks", "load_verifier",
+           "planned_tests", "resolve_layers", "run_battery"]
 
-@dataclass
-class BatteryReport:
-    """Everything a run produced; ``passed`` iff no test failed."""
-
-    verifier: str
-    suite: str
-    seed: int
-    family_alpha: float
-    per_test_alpha: float
-    device: str
-    results: list[TestResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    wall_s: float = 0.0
-    cpu_s: float = 0.0  # process CPU time (all threads) spent in the run
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.results)
-
-    @property
-    def failures(self) -> list[TestResult]:
-        return [r for r in self.results if not r.passed]
+# kept for callers of the old private names
+_supports = supports
+_contract = contract_result
 
 
 # ----------------------------------------------------------------------------- loading
-def load_verifier(spec: Any):
-    """A verifier from a name / "module:attr" / object via ``speccheck.verifiers.get``.
+def load_verifier(spec: Any) -> Any:
+    """A verifier from a name / "module:attr" / object, through ``speccheck.verifiers.get``.
 
-    Raises ValueError when it cannot be loaded (the CLI's exit code 2)."""
-    if not isinstance(spec, str):
-        if not callable(getattr(spec, "verify", None)):
-            raise ValueError(f"verifier object {spec!r} has no verify method")
-        return spec
+    Raises :class:`speccheck.errors.LoadError` (exit code 2) when it cannot be loaded."""
+    from speccheck.verifiers import get
+
     try:
-        from speccheck.verifiers import get
-    except ImportError:
-        get = None
-    if get is not None:
         v = get(spec)
-    elif ":" in spec:
-        v = _load_attr(spec)
-    else:
-        raise ValueError(f"unknown verifier {spec!r} (speccheck.verifiers is not available; use module:attr)")
+    except LoadError:
+        raise
+    except ValueError as exc:
+        raise LoadError(str(exc)) from None
     if not callable(getattr(v, "verify", None)):
-        raise ValueError(f"verifier {spec!r} loaded {v!r}, which has no verify method")
+        raise LoadError(f"verifier {spec!r} loaded {v!r}, which has no verify method")
     return v
 
 
-def _load_attr(spec: str):
-    import importlib
+def _check_outputs(cell: str, s: torch.Tensor, out: Any, layer: str = "L1") -> tuple[list[TestResult], tuple | None]:
+    """Old name of :func:`speccheck.validation.contract.check_batch` (delta unused there)."""
+    return check_batch(cell, torch.zeros(s.shape[0], dtype=s.dtype, device=s.device), s, out, layer)
 
-    mod, _, attr = spec.partition(":")
+
+# ----------------------------------------------------------------------------- options
+def _check_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or int(seed) < 0:
+        raise InputError(f"seed must be an integer >= 0, got seed={seed!r}")
+    return int(seed)
+
+
+def _check_scale(scale: Any) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise InputError(f"scale must be a finite number > 0 (a factor on every draw count), got scale={scale!r}")
+    return float(scale)
+
+
+def _check_alpha(alpha: Any) -> float | None:
+    if alpha is None:
+        return None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < float(alpha) < 1.0:
+        raise InputError(f"family_alpha must be in (0, 1), got family_alpha={alpha!r}")
+    return float(alpha)
+
+
+def resolve_layers(layers: Any) -> list[str]:
+    """Layer ids ("L0".."L5") from ids or names ("contract", "scalar", "acceptance", "wrapper",
+    "trajectory", "continuous"); None = all. L1 and L2 share their draws: either runs both."""
+    if layers is None:
+        return list(LAYERS)
+    if isinstance(layers, str):
+        layers = [layers]
+    layers = [x.strip() for item in layers for x in (item.split(",") if isinstance(item, str) else [item])
+              if not isinstance(x, str) or x.strip()]
+    by_name = {name: lid for lid, name in LAYERS.items()}
+    out = []
+    for item in layers:
+        lid = item.upper() if isinstance(item, str) and item.upper() in LAYERS else by_name.get(item)
+        if lid is None:
+            allowed = ", ".join(f"{k} ({v})" for k, v in LAYERS.items())
+            raise InputError(f"layers: unknown layer {item!r}; allowed: {allowed}")
+        out.append(lid)
+    if "L1" in out or "L2" in out:
+        out += ["L1", "L2"]
+    return [lid for lid in LAYERS if lid in out]
+
+
+def _check_Ks(Ks: Any) -> list[int] | None:
+    if Ks is None:
+        return None
+    if isinstance(Ks, (int, np.integer)) and not isinstance(Ks, bool):
+        Ks = [Ks]
     try:
-        obj = importlib.import_module(mod)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load verifier {spec!r}: {exc}") from exc
-    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "verify")):
-        obj = obj()
-    return obj
+        values = list(Ks)
+    except TypeError:
+        raise InputError(f"Ks must be a list of integers >= 1, got Ks={Ks!r}") from None
+    if not values or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in values):
+        raise InputError(f"Ks must be a non-empty list of integers >= 1, got Ks={Ks!r}")
+    return sorted({int(k) for k in values})
 
 
-def _supports(verifier, K: int) -> bool:
-    f = getattr(verifier, "supports_K", None)
-    if f is None:
-        return True
+def resolve_device(device: Any) -> torch.device:
+    """'cpu', 'cuda' or 'cuda:N' that exists here; :class:`DeviceError` naming it otherwise."""
+    text = str(device)
+    if text != "cpu" and text != "cuda" and not text.startswith("cuda:"):
+        raise DeviceError(f"device must be 'cpu', 'cuda' or 'cuda:N', got device={device!r}")
     try:
-        return bool(f(K))
-    except Exception:  # noqa: BLE001 - a broken supports_K is not a reason to skip tests
-        return True
-
-
-def _cell_seed(base: int, *key: int) -> int:
-    """A 63-bit seed per (suite seed, layer, cell...), stable across runs and platforms."""
-    return int(np.random.SeedSequence([base, *key]).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-def _generator(device: torch.device, seed: int) -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    return g
+        dev = torch.device(text)
+    except RuntimeError as exc:
+        raise DeviceError(f"device={device!r} is not a valid torch device: {exc}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device={device!r} requested but CUDA is not available here; use device='cpu'")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise DeviceError(f"device={device!r}: there are {count} CUDA device(s), indices 0..{count - 1}")
+    return dev
 
 
 # -------------------------------------------------------------------------- the plan
 @dataclass
 class _Plan:
-    scalar_cells: list[tuple[float, int, int]]  # (delta, K, n)
-    n_stat: int
+    layers: list[str]
+    grid_cells: list[tuple[float, int, int, str]]  # (delta, K, n, cell label)
+    continuous_Ks: list[int]
+    wrapper_dims: list[int]
     has_acceptance: bool
+    n_stat: int
+    skipped_K: list[int]
 
 
-def _plan(verifier, suite: Suite, traj_tests: int) -> _Plan:
-    cells = []
-    if suite.scalar is not None:
-        sc = suite.scalar
-        cells = [(d, K, sc.n) for K in sc.K for d in sc.deltas if _supports(verifier, K)]
-        cells += [(d, K, n) for d, K, n in sc.extra if _supports(verifier, K)]
-    has_acc = callable(getattr(verifier, "acceptance", None))
-    per_cell = 2 + 1 + (1 if has_acc else 0)  # ks, tails, list bound, declared acceptance
-    n = per_cell * len(cells)
-    if suite.wrapper is not None:
-        n += 4 * len(suite.wrapper.dims)
-    return _Plan(cells, n + traj_tests, has_acc)
+def _grid_cells(v: Any, st: Suite, Ks: list[int] | None, scale: float) -> tuple[list, list[int]]:
+    if st.scalar is None:
+        return [], []
+    sc = st.scalar
+    chosen = [K for K in sc.K if Ks is None or K in Ks]
+    skipped = [K for K in chosen if not supports(v, K)]
+    n_cell = continuous.scaled(sc.n, scale, 16)
+    cells = [(d, K, n_cell, f"delta={d:g},K={K}") for K in chosen if K not in skipped for d in sc.deltas]
+    for d, K, n in sc.extra:
+        if (Ks is None or K in Ks) and supports(v, K):
+            n_extra = continuous.scaled(n, scale, 16)
+            cells.append((d, K, n_extra, f"delta={d:g},K={K},n={n_extra}"))
+    return cells, skipped
 
 
-# ------------------------------------------------------------------------------ layer 1+2
-def _contract(cell: str, test: str, bad: int, n: int, note: str = "", layer: str = "L1") -> TestResult:
-    return TestResult(cell, test, float(bad), 0.0, 0.0 if bad else 1.0, 0.0, n, kind="contract",
-                      passed=bad == 0, note=note, layer=layer)
+def _plan(v: Any, st: Suite, traj_tests: int = 0, *, layers: list[str] | None = None, Ks: list[int] | None = None,
+          scale: float = 1.0) -> _Plan:
+    layers = resolve_layers(None) if layers is None else layers
+    has_acc = callable(getattr(v, "acceptance", None))
+    cells, skipped = _grid_cells(v, st, Ks, scale) if "L1" in layers else ([], [])
+    cont_Ks = []
+    if "L5" in layers and st.continuous is not None:
+        cont_Ks = [K for K in st.continuous.K if (Ks is None or K in Ks) and supports(v, K)]
+        skipped += [K for K in st.continuous.K if (Ks is None or K in Ks) and not supports(v, K) and K not in skipped]
+    dims = list(st.wrapper.dims) if ("L3" in layers and st.wrapper is not None) else []
+    n = len(cells) * (2 + 1 + (1 if has_acc else 0))  # ks, tails, list bound, declared (n/a ones drop out later)
+    n += continuous.planned_tests(st.continuous, cont_Ks, has_acc) if cont_Ks else 0
+    n += 4 * len(dims) + traj_tests
+    return _Plan(layers, cells, cont_Ks, dims, has_acc, n, sorted(skipped))
 
 
-def _check_outputs(cell: str, s: torch.Tensor, out, layer: str = "L1") -> tuple[list[TestResult], tuple | None]:
-    """Shapes, dtypes, device, index range, accepted => s_out == s[index], rejected <=> K."""
-    B, K = s.shape
-    try:
-        s_out, accepted, index = out
-    except (TypeError, ValueError):
-        return [_contract(cell, "contract:shape", 1, B, f"verify must return (s_out, accepted, index), got {type(out).__name__}", layer)], None
-    msgs = []
-    for name, t, shape in (("s_out", s_out, (B,)), ("accepted", accepted, (B,)), ("index", index, (B,))):
-        if not torch.is_tensor(t):
-            msgs.append(f"{name} is {type(t).__name__}, not a tensor")
-        elif tuple(t.shape) != shape:
-            msgs.append(f"{name} has shape {tuple(t.shape)}, expected {shape}")
-        elif t.device != s.device:
-            msgs.append(f"{name} is on {t.device}, inputs on {s.device}")
-    if msgs:
-        return [_contract(cell, "contract:shape", len(msgs), B, "; ".join(msgs), layer)], None
-    res = []
-    dt_msgs = []
-    if s_out.dtype != s.dtype:
-        dt_msgs.append(f"s_out dtype {s_out.dtype} != input dtype {s.dtype}")
-    if accepted.dtype != torch.bool:
-        dt_msgs.append(f"accepted dtype {accepted.dtype} (expected torch.bool)")
-    if index.dtype != torch.long:
-        dt_msgs.append(f"index dtype {index.dtype} (expected torch.int64)")
-    res.append(_contract(cell, "contract:dtype", len(dt_msgs), B, "; ".join(dt_msgs), layer))
-    acc = accepted.to(torch.bool)
-    idx = index.to(torch.long)
-    bad_range = int(((idx < 0) | (idx > K)).sum())
-    bad_iff = int(((idx == K) != ~acc).sum())
-    safe = torch.clamp(idx, 0, K - 1)
-    picked = torch.gather(s, 1, safe[:, None])[:, 0]
-    bad_eq = int((acc & (s_out.to(s.dtype) != picked)).sum())
-    bad_fin = int((~torch.isfinite(s_out)).sum())
-    res.append(_contract(cell, "contract:index", bad_range + bad_iff, B,
-                         f"{bad_range} index out of [0, K], {bad_iff} rows where (index == K) != rejected" if bad_range + bad_iff else "", layer))
-    res.append(_contract(cell, "contract:accepted-equals-child", bad_eq, B,
-                         f"{bad_eq} accepted rows with s_out != s[index]" if bad_eq else "", layer))
-    res.append(_contract(cell, "contract:finite", bad_fin, B, f"{bad_fin} non-finite s_out" if bad_fin else "", layer))
-    return res, (s_out.to(s.dtype), acc, idx)
+def planned_tests(verifier: Any, suite: str | Suite = "gate", *, layers: Any = None, Ks: Any = None,
+                  scale: float = 1.0) -> int:
+    """How many statistical tests a run plans without layer L4 (whose count depends on the
+    draws); the binding per-test level is family_alpha / (this + L4's tests)."""
+    v = load_verifier(verifier)
+    st = load_suite(suite) if isinstance(suite, str) else suite
+    return _plan(v, st, 0, layers=resolve_layers(layers), Ks=_check_Ks(Ks), scale=_check_scale(scale)).n_stat
 
 
-def _determinism(verifier, cell: str, delta: float, K: int, n: int, device, seed: int,
-                 acc_frac: float) -> list[TestResult]:
-    g = _generator(device, seed)
-    s = torch.randn(n, K, generator=g, dtype=torch.float64, device=device)
-    d = torch.full((n,), delta, dtype=torch.float64, device=device)
-    outs = []
-    for sd in (seed + 1, seed + 1, seed + 2):
-        o = verifier.verify(d.clone(), s.clone(), _generator(device, sd))
-        outs.append(tuple(t.detach().clone() for t in o))
-    same = all(torch.equal(a, b) for a, b in zip(outs[0], outs[1]))
-    res = [_contract(cell, "contract:same-seed", 0 if same else 1, n,
-                     "" if same else "two calls with the same generator seed gave different outputs")]
-    # a different seed must change something where the accept/reject decision is random:
-    # checked in cells whose measured acceptance is in [0.05, 0.95] (RMC at large delta, e.g.,
-    # rejects and reflects deterministically)
-    if delta > 0 and 0.05 <= acc_frac <= 0.95:
-        differ = not all(torch.equal(a, b) for a, b in zip(outs[0], outs[2]))
-        res.append(_contract(cell, "contract:seed-used", 0 if differ else 1, n,
-                             "" if differ else "different generator seeds gave identical outputs (generator ignored?)"))
-    # generator=None must work too
-    try:
-        o = verifier.verify(d.clone(), s.clone(), None)
-        ok = len(o) == 3 and tuple(o[0].shape) == (n,)
-        res.append(_contract(cell, "contract:generator-none", 0 if ok else 1, n, "" if ok else "bad output with generator=None"))
-    except Exception as exc:  # noqa: BLE001
-        res.append(_contract(cell, "contract:generator-none", 1, n, f"raised {exc!r}"))
-    return res
-
-
-def _scalar_cell(verifier, delta: float, K: int, n_draws: int, suite: Suite, alpha_t: float, device, seed: int,
-                 has_acc: bool, tick: Callable[[int], None]) -> list[TestResult]:
+# ------------------------------------------------------------------------- L1 + L2
+def _grid_cell(v: Any, delta: float, K: int, n_draws: int, cell: str, st: Suite, alpha_t: float,
+               device: torch.device, seed: int, has_acc: bool) -> list[TestResult]:
+    """One (delta, K) cell of the grid: contract on every batch, KS, tails, acceptance tests."""
     from speccheck.theory import list_bound_iid
 
-    spec = suite.scalar
-    cell = f"delta={delta:g},K={K}" + ("" if n_draws == spec.n else f",n={n_draws}")
-    g = _generator(device, seed)
-    results: list[TestResult] = []
+    spec = st.scalar
+    g = make_generator(seed, device)
     outs, n_acc, n_done = [], 0, 0
-    contract_fail = {}
+    contract: dict[str, TestResult] = {}
     while n_done < n_draws:
         b = min(spec.chunk, n_draws - n_done)
         s = torch.randn(b, K, generator=g, dtype=torch.float64, device=device)
         d = torch.full((b,), delta, dtype=torch.float64, device=device)
-        out = verifier.verify(d, s.clone(), g)
-        checks, parsed = _check_outputs(cell, s, out)
+        out = call_verify(v, d.clone(), s.clone(), g)
+        checks, parsed = check_batch(cell, d, s, out, "L1")
         for r in checks:
-            if r.test not in contract_fail or (not r.passed and contract_fail[r.test].passed):
-                contract_fail[r.test] = r
+            if r.test not in contract or (not r.passed and contract[r.test].passed):
+                contract[r.test] = r
         if parsed is None:
             break
-        outs.append(parsed[0].detach().cpu().numpy())
+        outs.append(parsed[0])
         n_acc += int(parsed[1].sum())
         n_done += b
-        tick(b)
-    results.extend(contract_fail.values())
-    results.extend(_determinism(verifier, cell, delta, K, suite.contract_n, device, seed ^ 0x5EED,
-                                n_acc / max(n_done, 1)))
-    if not outs:
-        return results
-    x = np.concatenate(outs)
-    n = x.size
-
-    def cdf(v):
-        return special.ndtr(v - delta)
-
-    ks = ks_dkw_test(x, cdf, alpha_t, cell=cell, test="ks", power=suite.power)
-    tl = tail_test(x, cdf, alpha_t, q=spec.tail_q, cell=cell, test=f"tails{spec.tail_q:g}", power=suite.power)
-    results += [ks, tl]
+    results = list(contract.values())
+    if not outs or not all(r.passed for r in results if r.test == "contract:finite"):
+        return results  # no usable sample: the contract failures say why
+    x = torch.cat(outs)  # stays on the device: the statistics are reduced there, scalars come back
+    where = {"delta": delta, "K": K}
+    cdf = device_stats.normal_cdf(delta)
+    stat = [device_stats.ks_dkw_test(x, cdf, alpha_t, cell=cell, test="ks", power=st.power),
+            device_stats.tail_test(x, cdf, alpha_t, q=spec.tail_q, cell=cell, test=f"tails{spec.tail_q:g}",
+                                   power=st.power)]
+    n = x.numel()
     bound = float(list_bound_iid(np.array(delta), K))
-    lb = binom_test(n_acc, n, bound, alpha_t, cell=cell, test="acceptance<=list-bound", one_sided_upper=True,
-                    power=suite.power)
-    results.append(lb)
+    if bound >= 1.0:
+        stat.append(TestResult(cell, "acceptance<=list-bound", n_acc / n - 1.0, math.inf, 1.0, math.inf, n,
+                               kind="n/a", note="n/a: the list bound is 1 here, so no count can exceed it"))
+    else:
+        stat.append(binom_test(n_acc, n, bound, alpha_t, cell=cell, test="acceptance<=list-bound",
+                               one_sided_upper=True, power=st.power))
     if has_acc:
         try:
-            a_th = float(np.asarray(verifier.acceptance(np.array([delta]), K), np.float64).ravel()[0])
-            if not (0.0 <= a_th <= 1.0):
-                raise ValueError(f"declared acceptance {a_th!r} is not a probability")
-            results.append(binom_test(n_acc, n, a_th, alpha_t, cell=cell, test="acceptance=declared",
-                                      power=suite.power))
-        except Exception as exc:  # noqa: BLE001
-            results.append(TestResult(cell, "acceptance=declared", math.nan, math.nan, 0.0, math.nan, n,
-                                      passed=False, note=f"acceptance() raised {exc!r}"))
-    for r in results:
-        r.layer = r.layer or ("L2" if r.test.startswith("acceptance") else "L1")
-    return results
+            declared = float(np.asarray(v.acceptance(np.array([delta]), K), np.float64).ravel()[0])
+            if not 0.0 <= declared <= 1.0:
+                raise ValueError(f"declared acceptance {declared!r} is not a probability")
+            stat.append(binom_test(n_acc, n, declared, alpha_t, cell=cell, test="acceptance=declared",
+                                   power=st.power))
+        except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect
+            stat.append(TestResult(cell, "acceptance=declared", math.nan, math.nan, 0.0, math.nan, n,
+                                   passed=False, note=f"acceptance() raised {type(exc).__name__}: {exc}"))
+    for r in stat:
+        r.layer = "L2" if r.test.startswith("acceptance") else "L1"
+        r.extra.update(where)
+    return results + stat
 
 
-# ------------------------------------------------------------------------------- layer 3
-def _wrapper_fn(verifier):
+def _layer_grid(v: Any, plan: _Plan, st: Suite, alpha_t: float, device: torch.device, base: int,
+                beat: Callable[[str], None]) -> list[TestResult]:
+    out: list[TestResult] = []
+    for i, (delta, K, n_draws, cell) in enumerate(plan.grid_cells):
+        beat(f"L1 {cell}")
+        try:
+            out += _grid_cell(v, delta, K, n_draws, cell, st, alpha_t, device, unit_seed(base, 1, i),
+                              plan.has_acceptance)
+        except DeviceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a defect, not a load error
+            out.append(contract_result(cell, "contract:no-exception", 1, n_draws,
+                                       f"verify raised {type(exc).__name__}: {exc}", "L1"))
+    return out
+
+
+# ------------------------------------------------------------------------------- L3
+def _wrapper_fn(verifier: Any) -> Callable:
     own = getattr(verifier, "verify_states", None)
     if callable(own):
         return own
     from speccheck.verifiers import verify_states
 
-    return lambda mu_p, mu_q, sigma, children, generator: verify_states(verifier, mu_p, mu_q, sigma, children, generator)
+    def wrapped(mu_p: torch.Tensor, mu_q: torch.Tensor, sigma: Any, children: torch.Tensor,
+                generator: torch.Generator | None) -> tuple:
+        return verify_states(verifier, mu_p, mu_q, sigma, children, generator)
+
+    return wrapped
 
 
 def _state_shape(d: int) -> tuple[int, ...]:
@@ -301,22 +308,22 @@ def _state_shape(d: int) -> tuple[int, ...]:
     return (4, 16) if d == 64 else (d,)
 
 
-def _wrapper_cell(fn, verifier, dim: int, suite: Suite, alpha_t: float, device, seed: int,
-                  tick: Callable[[int], None]) -> list[TestResult]:
+def _wrapper_cell(fn: Callable, verifier: Any, dim: int, suite: Suite, n_rows: int, alpha_t: float,
+                  device: torch.device, seed: int) -> list[TestResult]:
     spec = suite.wrapper
     cell = f"d={dim}"
-    g = _generator(device, seed)
+    g = make_generator(seed, device)
     shape = _state_shape(dim)
     K = spec.K
-    if not _supports(verifier, K):
+    if not supports(verifier, K):
         K = 1
     deltas = torch.tensor(spec.deltas, dtype=torch.float64, device=device)
     ze, zu, sq, h = [], [], [], []
     bad = {"shape": [], "index": 0, "accepted-equals-child": 0, "finite": 0}
     n_done = 0
     bw2 = 2.0 * (2.0 * dim)  # 2 * bandwidth^2, bandwidth^2 = 2 d
-    while n_done < spec.n:
-        b = min(spec.chunk, spec.n - n_done)
+    while n_done < n_rows:
+        b = min(spec.chunk, n_rows - n_done)
         b -= b % 2
         mu_p = 2.0 * torch.randn((b,) + shape, generator=g, dtype=torch.float64, device=device)
         sigma = 0.5 + 1.5 * torch.rand(b, generator=g, dtype=torch.float64, device=device)
@@ -329,16 +336,24 @@ def _wrapper_cell(fn, verifier, dim: int, suite: Suite, alpha_t: float, device, 
         dl = deltas[torch.randint(len(spec.deltas), (b,), generator=g, device=device)]
         mu_q = mu_p + (sigma * dl)[:, None].mul(e).reshape((b,) + shape)
         sig_b = sigma.reshape((b,) + (1,) * len(shape))
-        children = mu_p[:, None] + sig_b[:, None] * torch.randn((b, K) + shape, generator=g, dtype=torch.float64, device=device)
-        out = fn(mu_p.clone(), mu_q.clone(), sig_arg, children.clone(), g)
+        noise = torch.randn((b, K) + shape, generator=g, dtype=torch.float64, device=device)
+        children = mu_p[:, None] + sig_b[:, None] * noise
+        try:
+            out = fn(mu_p.clone(), mu_q.clone(), sig_arg, children.clone(), g)
+        except Exception as exc:
+            if isinstance(exc, DeviceError) or is_device_failure(exc):
+                raise DeviceError(f"device {device} failed in verify_states ({type(exc).__name__}: {exc})") from exc
+            raise
         try:
             y, acc, idx = out
         except (TypeError, ValueError):
             bad["shape"].append("verify_states must return (y, accepted, index)")
             break
-        if not (torch.is_tensor(y) and tuple(y.shape) == (b,) + shape and y.dtype == torch.float64 and y.device == mu_p.device
-                and torch.is_tensor(acc) and tuple(acc.shape) == (b,) and torch.is_tensor(idx) and tuple(idx.shape) == (b,)):
-            bad["shape"].append(f"y {getattr(y, 'shape', None)} {getattr(y, 'dtype', None)}, expected {(b,) + shape} float64 on {device}")
+        y_ok = torch.is_tensor(y) and tuple(y.shape) == (b,) + shape and y.dtype == torch.float64
+        if not (y_ok and y.device == mu_p.device and torch.is_tensor(acc) and tuple(acc.shape) == (b,)
+                and torch.is_tensor(idx) and tuple(idx.shape) == (b,)):
+            bad["shape"].append(f"y {getattr(y, 'shape', None)} {getattr(y, 'dtype', None)}, "
+                                f"expected {(b,) + shape} float64 on {device}")
             break
         acc = acc.to(torch.bool)
         idx = idx.to(torch.long)
@@ -348,7 +363,8 @@ def _wrapper_cell(fn, verifier, dim: int, suite: Suite, alpha_t: float, device, 
         if rows.numel():
             child = children[rows, idx[rows]]
             tol = 1e-9 * (1.0 + mu_p[rows].abs() + sig_b[rows] * 10.0)
-            bad["accepted-equals-child"] += int(((y[rows] - child).abs() > tol).reshape(rows.numel(), -1).any(dim=1).sum())
+            off = ((y[rows] - child).abs() > tol).reshape(rows.numel(), -1)
+            bad["accepted-equals-child"] += int(off.any(dim=1).sum())
         z = ((y - mu_q) / sig_b).reshape(b, dim)
         ze.append(torch.einsum("bd,bd->b", z, e).cpu().numpy())
         u = torch.randn(b, dim, generator=g, dtype=torch.float64, device=device)
@@ -363,17 +379,17 @@ def _wrapper_cell(fn, verifier, dim: int, suite: Suite, alpha_t: float, device, 
 
         h.append((k(x1, x2) + k(w1, w2) - k(x1, w2) - k(x2, w1)).cpu().numpy())
         n_done += b
-        tick(b)
-    res = [_contract(cell, "contract:states-shape", len(bad["shape"]), spec.n, "; ".join(bad["shape"]), "L3")]
+    res = [contract_result(cell, "contract:states-shape", len(bad["shape"]), n_rows, "; ".join(bad["shape"]), "L3")]
     for key in ("index", "accepted-equals-child", "finite"):
-        res.append(_contract(cell, f"contract:states-{key}", bad[key], spec.n,
+        res.append(contract_result(cell, f"contract:states-{key}", bad[key], n_rows,
                              f"{bad[key]} rows violate it" if bad[key] else "", "L3"))
     if not ze:
         return res
     ze_, zu_, sq_, h_ = (np.concatenate(a) for a in (ze, zu, sq, h))
     res.append(ks_dkw_test(ze_, special.ndtr, alpha_t, cell=cell, test="direction", power=suite.power))
     res.append(ks_dkw_test(zu_, special.ndtr, alpha_t, cell=cell, test="random-direction", power=suite.power))
-    res.append(ks_dkw_test(sq_, lambda v: sstats.chi2.cdf(v, dim), alpha_t, cell=cell, test="chi2-norm", power=suite.power))
+    res.append(ks_dkw_test(sq_, lambda v: sstats.chi2.cdf(v, dim), alpha_t, cell=cell, test="chi2-norm",
+                           power=suite.power))
     res.append(_mmd_from_h(h_, alpha_t, cell, suite.power))
     for r in res:
         r.layer = "L3"
@@ -381,207 +397,188 @@ def _wrapper_cell(fn, verifier, dim: int, suite: Suite, alpha_t: float, device, 
 
 
 def _mmd_from_h(h: np.ndarray, alpha: float, cell: str, power: float) -> TestResult:
+    """Studentised linear-time MMD^2 from its i.i.d. terms h (one-sided, normal reference)."""
     m = h.size
     if not np.all(np.isfinite(h)):
         return TestResult(cell, "mmd", math.inf, math.nan, 0.0, math.nan, m, passed=False, note="non-finite output")
     se = float(np.std(h, ddof=1) / math.sqrt(m))
     z_a = float(special.ndtri(1.0 - alpha))
     stat = float(np.mean(h) / se) if se > 0 else 0.0
-    return TestResult(cell, "mmd", stat, z_a, float(special.ndtr(-stat)), (z_a + float(special.ndtri(power))) * se, m,
+    mdd = (z_a + float(special.ndtri(power))) * se
+    return TestResult(cell, "mmd", stat, z_a, float(special.ndtr(-stat)), mdd, m,
                       passed=stat <= z_a, extra={"mmd2": float(np.mean(h))},
                       note="MDD in MMD^2 units")
 
 
-# ------------------------------------------------------------------------------- layer 4
-def _trajectory_module():
-    try:
-        import speccheck.validation.trajectory as traj  # owned by the sampler engineer
-    except ImportError:
-        return None
-    return traj if callable(getattr(traj, "run_trajectory_checks", None)) else None
 
-
-_TRAJ_NAME = re.compile(r"^([\w-]+)\((.*)\)(\[[^\]]*\])?\s+(.*)$")
-
-
-def _trajectory_tests(traj, verifier, opts: dict, seed: int) -> list[TestResult]:
-    """Layer 4: the sampler engineer's trajectory checks (innovations stratified by commit
-    depth; Gaussian data vs the exact chain law), each a p-value entering the Holm family."""
-    kw = {k: opts[k] for k in ("n_traj", "K", "L", "d") if k in opts}
-    factory = getattr(verifier, "sampler_factory", None)
-    if factory is not None:
-        kw["sampler_factory"] = factory
-    base = getattr(verifier, "base", verifier) if factory is not None else verifier
-    checks = traj.run_trajectory_checks(base, seed=seed % (2 ** 31), alpha=1e-3, **kw)
-    out = []
-    for c in checks:
-        m = _TRAJ_NAME.match(c.name)
-        if m:
-            target = m.group(2).split(",")[0].strip()
-            cell = f"traj:{target}{m.group(3) or ''}"
-            test = f"{m.group(1)} {m.group(4)}".strip()
-        else:
-            cell, test = "traj", c.name
-        n = int(c.detail.get("count", 0)) if isinstance(c.detail, dict) else 0
-        out.append(TestResult(cell, test, float(c.statistic), math.nan, float(c.p_value), math.nan, n,
-                              layer="L4", passed=True, note="p-value test (threshold = the Holm level)"))
+def _layer_wrapper(v: Any, plan: _Plan, st: Suite, scale: float, alpha_t: float, device: torch.device, base: int,
+                   beat: Callable[[str], None]) -> list[TestResult]:
+    out: list[TestResult] = []
+    fn = _wrapper_fn(v)
+    n_rows = continuous.scaled(st.wrapper.n, scale, 64)
+    n_rows += n_rows % 2
+    for j, dim in enumerate(st.wrapper.dims):
+        if dim not in plan.wrapper_dims:
+            continue
+        beat(f"L3 d={dim}")
+        try:
+            out += _wrapper_cell(fn, v, dim, st, n_rows, alpha_t, device, unit_seed(base, 3, j))
+        except DeviceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            out.append(contract_result(f"d={dim}", "contract:no-exception", 1, n_rows,
+                                       f"verify_states raised {type(exc).__name__}: {exc}", "L3"))
     return out
 
 
+# ------------------------------------------------------------------------------- L4
+def _layer_trajectory(v: Any, opts: dict, scale: float, seed: int, device: torch.device) -> list[TestResult]:
+    """The trajectory checks (innovations by commit depth; Gaussian data vs the exact chain law)."""
+    kw = {k: opts[k] for k in ("n_traj", "K", "L", "d") if k in opts}
+    if "n_traj" in kw:
+        kw["n_traj"] = continuous.scaled(int(kw["n_traj"]), scale, 20)
+    factory = getattr(v, "sampler_factory", None)
+    if factory is not None:
+        kw["sampler_factory"] = factory
+    base = getattr(v, "base", v) if factory is not None else v
+    try:
+        checks = run_trajectory_checks(base, seed=seed % (2 ** 31), alpha=1e-3, device=device, **kw)
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a defect, not a load error
+        return [contract_result("trajectory", "contract:no-exception", 1, 0,
+                                f"trajectory checks raised {type(exc).__name__}: {exc}", "L4")]
+    for r in checks:
+        r.layer = "L4"
+        r.note = r.note or "p-value test (threshold = the Holm level on p)"
+    return checks
+
+
 # ----------------------------------------------------------------------------------- run
+def _beat(heartbeat: Callable[[str], None] | None, progress: bool, t0: float) -> Callable[[str], None]:
+    def beat(label: str) -> None:
+        if progress:
+            print(f"[battery {time.perf_counter() - t0:7.1f} s] {label}", file=sys.stderr, flush=True)
+        if heartbeat is not None:
+            heartbeat(label)
+
+    return beat
+
+
 def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cpu", seed: int | None = None,
-                progress: bool = False, family_alpha: float | None = None) -> BatteryReport:
-    """Run ``suite`` on ``verifier`` (a spec string or an object). Raises ValueError only when
-    the verifier cannot be loaded or an option is bad; anything a verifier raises during the
-    tests becomes a failed test in the report."""
+                progress: bool = False, family_alpha: float | None = None, layers: Any = None, Ks: Any = None,
+                scale: float = 1.0, heartbeat: Callable[[str], None] | None = None,
+                localise_failures: bool = True) -> BatteryReport:
+    """Run ``suite`` (a shipped name, a .toml path or a :class:`Suite`) on ``verifier`` (a spec
+    string or an object).
+
+    ``layers``: ids or names of the layers to run (default all the suite has); ``Ks``: run
+    only these K (scalar grid and continuous layers); ``scale``: a factor on every draw count
+    (the printed minimum detectable deviations show the power it implies); ``heartbeat(label)``
+    is called at the start of every unit of work. Raises :class:`InputError` for a bad option
+    or a selection with no statistical test, :class:`LoadError` for an unloadable verifier or
+    suite, :class:`DeviceError` for an unusable device; whatever the verifier does wrong
+    (raises, NaN, wrong law) is a failed test in the report.
+    """
     t0, c0 = time.perf_counter(), time.process_time()
+    seed = _check_seed(seed)
+    scale = _check_scale(scale)
+    alpha_opt = _check_alpha(family_alpha)
+    Ks = _check_Ks(Ks)
+    lay = resolve_layers(layers)
+    dev = resolve_device(device)
     v = load_verifier(verifier)
-    st = load_suite(suite) if isinstance(suite, str) else suite
-    if device not in ("cpu", "cuda") and not str(device).startswith("cuda:"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got device={device!r}")
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available")
-    dev = torch.device(device)
-    base = st.seed if seed is None else int(seed)
-    alpha = st.family_alpha if family_alpha is None else float(family_alpha)
-    traj = _trajectory_module() if st.trajectory is not None else None
-    traj_results: list[TestResult] = []
-    traj_note = ""
-    if st.trajectory is not None and traj is None:
-        traj_note = "L4: not available (speccheck.validation.trajectory.run_trajectory_checks is missing)"
-    elif traj is not None:
-        # run first: the number of strata (hence tests) is random, and Holm needs the count
-        try:
-            traj_results = _trajectory_tests(traj, v, st.trajectory, _cell_seed(base, 4))
-        except Exception as exc:  # noqa: BLE001 - a defect, not a load error
-            traj_results = [TestResult("trajectory", "contract:no-exception", 1.0, 0.0, 0.0, 0.0, 0,
-                                       kind="contract", passed=False, layer="L4",
-                                       note=f"trajectory checks raised {type(exc).__name__}: {exc}")]
-    plan = _plan(v, st, sum(r.kind == "stat" for r in traj_results))
+    if isinstance(suite, str):
+        st = load_suite(suite)
+    elif isinstance(suite, Suite):
+        st = suite
+    else:
+        raise InputError(f"suite must be a name, a .toml path or a Suite, got {type(suite).__name__}")
+    base = st.seed if seed is None else seed
+    alpha = st.family_alpha if alpha_opt is None else alpha_opt
+    beat = _beat(heartbeat, progress, t0)
+    results: list[TestResult] = []
+    notes: list[str] = []
+    if "L0" in lay:
+        beat("L0 contract")
+        results += contract_checks(v, device=str(dev), seed=unit_seed(base, 0), n=st.contract_n)
+    contract_ok = all(r.passed for r in results)
+    traj: list[TestResult] = []
+    if "L4" in lay and st.trajectory is not None:
+        if contract_ok:  # first: the number of strata (hence tests) is random, and Holm needs the count
+            beat("L4 trajectory")
+            traj = _layer_trajectory(v, st.trajectory, scale, unit_seed(base, 4), dev)
+        else:
+            notes.append("L4: not run (the contract failed, so sampler trajectories would only repeat it)")
+    plan = _plan(v, st, sum(r.kind == "stat" for r in traj), layers=lay, Ks=Ks, scale=scale)
+    if plan.n_stat == 0 and contract_ok:
+        raise InputError(f"suite {st.name!r} with layers={[LAYERS[x] for x in lay]} and Ks={Ks} selects no "
+                         "statistical test: no verdict from no evidence (choose layers or K the suite has)")
     alpha_t = alpha / max(plan.n_stat, 1)
-    for r in traj_results:
+    for r in traj:
         if r.kind == "stat":
             r.threshold = alpha_t  # L4 tests are p-value tests: threshold on p
-    rep = BatteryReport(getattr(v, "name", type(v).__name__), st.name, base, alpha, alpha_t, str(dev))
-    total = sum(c[2] for c in plan.scalar_cells) + (st.wrapper.n * len(st.wrapper.dims) if st.wrapper else 0)
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="draw", unit_scale=True,
-               desc=f"{rep.verifier}/{st.name}", leave=False)
-    try:
-        if st.scalar is not None:
-            skipped = [K for K in st.scalar.K if not _supports(v, K)]
-            if skipped:
-                rep.notes.append(f"L1/L2: K={skipped} skipped (supports_K is false)")
-            for i, (delta, K, n_draws) in enumerate(plan.scalar_cells):
-                bar.set_postfix_str(f"delta={delta:g} K={K}")
-                try:
-                    rep.results += _scalar_cell(v, delta, K, n_draws, st, alpha_t, dev, _cell_seed(base, 1, i),
-                                                plan.has_acceptance, bar.update)
-                except Exception as exc:  # noqa: BLE001 - a defect, not a load error
-                    rep.results.append(TestResult(f"delta={delta:g},K={K}", "contract:no-exception", 1.0, 0.0, 0.0, 0.0,
-                                                  n_draws, kind="contract", passed=False, layer="L1",
-                                                  note=f"verify raised {type(exc).__name__}: {exc}"))
-            if not plan.has_acceptance:
-                rep.notes.append("L2: the verifier declares no acceptance(delta, K); only the list-bound test ran")
-        if st.wrapper is not None:
-            try:
-                fn = _wrapper_fn(v)
-            except ImportError:
-                fn = None
-                rep.notes.append("L3: not available (speccheck.verifiers.verify_states is missing)")
-            for j, dim in enumerate(st.wrapper.dims if fn is not None else []):
-                bar.set_postfix_str(f"d={dim}")
-                try:
-                    rep.results += _wrapper_cell(fn, v, dim, st, alpha_t, dev, _cell_seed(base, 3, j), bar.update)
-                except Exception as exc:  # noqa: BLE001
-                    rep.results.append(TestResult(f"d={dim}", "contract:no-exception", 1.0, 0.0, 0.0, 0.0, st.wrapper.n,
-                                                  kind="contract", passed=False, layer="L3",
-                                                  note=f"verify_states raised {type(exc).__name__}: {exc}"))
-        if traj_note:
-            rep.notes.append(traj_note)
-        rep.results += traj_results
-    finally:
-        bar.close()
-    n_stat = sum(r.kind == "stat" for r in rep.results)
-    if n_stat > plan.n_stat:  # a layer ran more tests than planned: keep the family-wise rate
-        rep.notes.append(f"{n_stat} statistical tests ran, {plan.n_stat} planned; Holm over all of them")
-    holm_adjust(rep.results, alpha)
+    rep = BatteryReport(getattr(v, "name", type(v).__name__), st.name, base, alpha, alpha_t, str(dev),
+                        power=st.power, scale=scale, layers=lay)
+    if plan.skipped_K:
+        notes.append(f"K={plan.skipped_K} skipped (supports_K is false)")
+    if plan.grid_cells:
+        results += _layer_grid(v, plan, st, alpha_t, dev, base, beat)
+        if not plan.has_acceptance:
+            notes.append("L2: the verifier declares no acceptance(delta, K); only the list-bound tests ran")
+    screens: dict = {}
+    if plan.continuous_Ks:
+        res, screens = continuous.run_layer(v, st.continuous, Ks=plan.continuous_Ks, alpha=alpha_t, power=st.power,
+                                            device=dev, base_seed=base, scale=scale,
+                                            has_acceptance=plan.has_acceptance, heartbeat=beat)
+        results += res
+    if plan.wrapper_dims:
+        results += _layer_wrapper(v, plan, st, scale, alpha_t, dev, base, beat)
+    results += traj
+    n_stat = sum(r.kind == "stat" for r in results)
+    if n_stat > plan.n_stat:  # a layer ran more tests than planned: Holm keeps the family-wise rate
+        notes.append(f"{n_stat} statistical tests ran, {plan.n_stat} planned; Holm over all of them")
+    holm_adjust(results, alpha)
+    rep.results, rep.notes = results, notes
+    failed_stat = [r for r in results if r.kind == "stat" and not r.passed]
+    if failed_stat and localise_failures:
+        cs = st.continuous
+        try:
+            rep.localisations = localise.localise(
+                v, failed_stat, screens, alpha=alpha, refine=cs.refine if cs else 8,
+                confirm_n=continuous.scaled(cs.confirm_n if cs else 16384, scale, 256), device=dev,
+                base_seed=unit_seed(base, 6), spec=cs, layer_n=continuous.scaled(cs.n, scale, 16) if cs else 0,
+                heartbeat=beat)
+        except DeviceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the verdict stands; only the localisation is lost
+            notes.append(f"localisation not possible: the verifier raised {type(exc).__name__}: {exc}")
     rep.wall_s = time.perf_counter() - t0
     rep.cpu_s = time.process_time() - c0
     return rep
 
 
 def assert_battery_passes(verifier: Any, suite: str | Suite = "smoke", *, device: str = "cpu",
-                          seed: int | None = None) -> BatteryReport:
-    """Run the battery and fail (AssertionError with the report table) if a defect is found.
+                          seed: int | None = None, **options: Any) -> BatteryReport:
+    """Run the battery and fail (AssertionError with the report) if a defect is found.
 
     The pytest fixture ``speccheck_battery`` returns this function, so a verifier author's
     CI test is ``def test_mine(speccheck_battery): speccheck_battery("pkg.module:Rule")``.
+    ``options`` go to :func:`run_battery` (``layers``, ``Ks``, ``scale``, ...).
     """
     from speccheck.validation.report import format_report
 
-    rep = run_battery(verifier, suite, device=device, seed=seed)
+    rep = run_battery(verifier, suite, device=device, seed=seed, **options)
     if not rep.passed:
-        raise AssertionError("speccheck battery found a defect:\n" + format_report(rep, only_failures=True))
+        raise AssertionError("speccheck battery found a defect:\n" + format_report(rep))
     return rep
 
 
-# ------------------------------------------------------------------------------- mutants
-class SamplerMutantRule:
-    """A correct verifier run inside a mutant sampler (layer 4 only: layers 1-3 do not involve
-    the sampler)."""
+# ------------------------------------------------------------------ moved to mutants
+def __getattr__(name: str) -> Any:
+    """The mutant runners live in :mod:`speccheck.validation.mutants` (re-exported here)."""
+    if name in ("SamplerMutantRule", "mutant_factories", "run_mutants"):
+        from speccheck.validation import mutants
 
-    def __init__(self, name: str, factory: Callable, base: str = "dgrs"):
-        self.base = load_verifier(base)
-        self.sampler_factory = factory
-        self.name = f"sampler-{name}"
-
-    def acceptance(self, delta, K: int):
-        return self.base.acceptance(delta, K)
-
-    def verify(self, delta, s, generator=None):
-        return self.base.verify(delta, s, generator)
-
-
-def mutant_factories(include_sampler: bool = True) -> dict[str, Callable[[], Any]]:
-    """The scalar/wrapper mutants, plus the sampler engineer's SAMPLER_MUTANTS when present."""
-    from functools import partial
-
-    from speccheck.validation.mutants import MUTANTS
-
-    out = dict(MUTANTS)
-    if include_sampler:
-        try:
-            from speccheck.validation.sampler_mutants import SAMPLER_MUTANTS
-        except ImportError:
-            SAMPLER_MUTANTS = {}
-        for k, f in dict(SAMPLER_MUTANTS).items():
-            out[f"sampler-{k}"] = partial(SamplerMutantRule, str(k), f)
-    return out
-
-
-def run_mutants(suite: str | Suite = "gate", *, names: list[str] | None = None, device: str = "cpu",
-                seed: int | None = None, progress: bool = False) -> dict[str, BatteryReport]:
-    """Run the suite on every mutant (or ``names``); returns {mutant: report}."""
-    facts = mutant_factories()
-    if names:
-        unknown = [n for n in names if n not in facts]
-        if unknown:
-            raise ValueError(f"unknown mutant(s) {unknown}; known: {sorted(facts)}")
-        facts = {n: facts[n] for n in names}
-    st = load_suite(suite) if isinstance(suite, str) else suite
-    out = {}
-    for name, f in facts.items():
-        if progress:
-            print(f"[mutants] {name} ...", file=sys.stderr, flush=True)
-        v = f()
-        st_v = st
-        if getattr(v, "sampler_factory", None) is not None:
-            if st.trajectory is None:
-                continue  # sampler mutants need layer 4
-            st_v = dataclasses.replace(st, scalar=None, wrapper=None)
-        out[name] = run_battery(v, st_v, device=device, seed=seed, progress=progress)
-        if st_v is not st:
-            out[name].notes.append("sampler mutant: only layer 4 was run (layers 1-3 do not involve the sampler)")
-    return out
+        return getattr(mutants, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

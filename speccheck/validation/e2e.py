@@ -35,6 +35,7 @@ import torch
 from scipy.stats import norm
 
 from speccheck.errors import DeviceError, InputError, SpeccheckError
+from speccheck.seeding import generator as seeded_generator
 
 if TYPE_CHECKING:
     from speccheck.sampler.tree import DraftTree
@@ -201,8 +202,8 @@ def _conditioning(model: LoadedModel, n: int, g: torch.Generator, name: str) -> 
     if model.n_cond == 0:
         return None
     if name.startswith("digits"):
-        return torch.arange(n) % model.n_cond                # balanced digits, label i % 10
-    return torch.randint(0, model.n_cond, (n,), generator=g)  # paper: labels/prompts uniform
+        return torch.arange(n, device=g.device) % model.n_cond  # balanced digits, label i % 10
+    return torch.randint(0, model.n_cond, (n,), generator=g, device=g.device)  # paper: labels/prompts uniform
 
 
 def build_tree(cfg: E2EConfig, verifier: object) -> "DraftTree":
@@ -246,19 +247,19 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
     sampler = factory(model.target, schedule, tree, verifier, freeze=freeze, prefetch=cfg.prefetch,
                       leaves=cfg.leaves, lazy=True)
     n = cfg.samples
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = seeded_generator(cfg.seed, cfg.device)
     shape = tuple(model.target.state_shape)
-    x0 = torch.randn((n, *shape), generator=g, dtype=torch.float64)
+    x0 = torch.randn((n, *shape), generator=g, dtype=torch.float64, device=cfg.device)
     cond = _conditioning(model, n, g, cfg.model)
     report: dict = {"config": asdict(cfg), "model": model.info, "protocol": sampler.protocol(),
                     "state_shape": list(shape)}
 
     t0 = time.time()
-    res = sampler.run(x0, torch.Generator().manual_seed(cfg.seed + 1), cond=cond, record_states=cfg.innovation)
+    res = sampler.run(x0, seeded_generator(cfg.seed + 1, cfg.device), cond=cond, record_states=cfg.innovation)
     report["wall_s_speculative"] = round(time.time() - t0, 2)
     log(f"speculative run: {report['wall_s_speculative']} s")
     t0 = time.time()
-    x_std = standard_sample(model.target, schedule, x0, cond, torch.Generator().manual_seed(cfg.seed + 2))
+    x_std = standard_sample(model.target, schedule, x0, cond, seeded_generator(cfg.seed + 2, cfg.device))
     report["wall_s_standard"] = round(time.time() - t0, 2)
     log(f"standard run: {report['wall_s_standard']} s")
 
@@ -278,7 +279,7 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
         }
         log(f"innovation test: {time.time() - t0:.1f} s")
     if cfg.two_sample:
-        ts = energy_distance_test(res.x, x_std, cfg.n_perm, torch.Generator().manual_seed(cfg.seed + 3))
+        ts = energy_distance_test(res.x.cpu(), x_std.cpu(), cfg.n_perm, seeded_generator(cfg.seed + 3))
         ts["level"] = level
         ts["ran"] = True
         ts["passed"] = bool(ts["p_value"] >= ts["level"])

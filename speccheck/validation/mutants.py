@@ -1,7 +1,8 @@
 """Mutants: plausible bugs, each a small variation of a correct rule or of the d-dim wrapper.
 
 The battery must kill every one of them (``speccheck battery --mutants`` prints the kill
-matrix). They are compact self-contained kernels with a ``bug`` switch, so each mutant is
+matrix; :func:`run_mutants` runs them, :func:`mutant_factories` lists them, sampler mutants
+included). They are compact self-contained kernels with a ``bug`` switch, so each mutant is
 one or two changed lines against the reference rule right beside it; the references
 (``ReferenceRMC``, ``ReferenceDGRS``, ``ReferenceRASS`` with bug=None, and
 ``reference_verify_states``) are themselves exact and serve as known-good rules in tests.
@@ -16,18 +17,24 @@ as accepted children).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Callable
+import sys
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
-from speccheck.theory import acceptance_dgrs, acceptance_rass, acceptance_rmc, dgrs_levels
-from speccheck.theory import residual_intervals
+from speccheck.errors import InputError
+from speccheck.theory import acceptance_dgrs, acceptance_rass, acceptance_rmc, dgrs_levels, residual_intervals
+from speccheck.validation.battery import BatteryReport, load_verifier, run_battery
+from speccheck.validation.suites import Suite, load_suite
 from speccheck.verifiers.rass import rass_weights
 
 Tensor = torch.Tensor
+Gen = Optional[torch.Generator]
+Triple = tuple[Tensor, Tensor, Tensor]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -89,10 +96,10 @@ class ReferenceRMC(_Rule):
     def supports_K(self, K: int) -> bool:
         return K == 1
 
-    def acceptance(self, delta, K: int):
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
         return acceptance_rmc(delta)
 
-    def verify(self, delta: Tensor, s: Tensor, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         B, K = s.shape
         if K != 1:
             raise ValueError(f"RMC needs K == 1, got K={K}")
@@ -123,7 +130,7 @@ class ClaimsAcceptRule(_Rule):
     name = "claims-accept"
     bug = "claims_accept"
 
-    def verify(self, delta: Tensor, s: Tensor, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         B, K = s.shape
         out = delta + _randn(B, s, generator)
         return out, torch.ones(B, dtype=torch.bool, device=s.device), torch.zeros(B, dtype=torch.long, device=s.device)
@@ -134,36 +141,37 @@ class AlwaysRejectRule(_Rule):
 
     name = "always-reject"
 
-    def acceptance(self, delta, K: int):
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
         return np.zeros_like(np.asarray(delta, np.float64))
 
-    def verify(self, delta: Tensor, s: Tensor, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         B, K = s.shape
         out = delta + _randn(B, s, generator)
-        return out, torch.zeros(B, dtype=torch.bool, device=s.device), torch.full((B,), K, dtype=torch.long, device=s.device)
+        rejected = torch.zeros(B, dtype=torch.bool, device=s.device)
+        return out, rejected, torch.full((B,), K, dtype=torch.long, device=s.device)
 
 
 # -------------------------------------------------------------------------------- D-GRS
-@functools.lru_cache(maxsize=1024)
-def _dgrs_levels_np(d: float, K: int, bug: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """(lam[0..K], G[0..K]) with G[k] = G_{k+1}; the buggy recurrences for the mutants."""
+def _dgrs_levels_vec(d: np.ndarray, K: int, bug: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """(lam[U, 0..K], G[U, 0..K]) with G[:, k] = G_{k+1} for deltas d > 0 [U]; the buggy
+    recurrences for the mutants (vectorised over the deltas, a loop over k)."""
     if bug not in ("G_prev_lambda", "centred_tau"):
-        lv = dgrs_levels(np.array(d), K)
+        lv = dgrs_levels(d, K)
         return lv.lam.copy(), lv.G.copy()
     from speccheck.theory.normal import Phibar
 
-    lam = np.zeros(K + 1)
-    G = np.zeros(K + 1)
-    G[0] = 1.0
+    U = d.size
+    lam = np.zeros((U, K + 1))
+    G = np.zeros((U, K + 1))
+    G[:, 0] = 1.0
+    shift = 0.0 if bug == "centred_tau" else 0.5 * d
     for k in range(1, K + 1):
-        lam[k] = lam[k - 1] + G[k - 1]
-        l_for_G = lam[k - 1] if bug == "G_prev_lambda" else lam[k]
-        if l_for_G <= 0:
-            G[k] = 1.0
-            continue
-        shift = 0.0 if bug == "centred_tau" else 0.5 * d
-        tau = math.log(l_for_G) / d + shift
-        G[k] = max(float(Phibar(tau - d)) - l_for_G * float(Phibar(tau)), 0.0)
+        lam[:, k] = lam[:, k - 1] + G[:, k - 1]
+        l_for_G = lam[:, k - 1] if bug == "G_prev_lambda" else lam[:, k]
+        positive = l_for_G > 0
+        tau = np.log(np.where(positive, l_for_G, 1.0)) / d + shift
+        value = np.maximum(Phibar(tau - d) - l_for_G * Phibar(tau), 0.0)
+        G[:, k] = np.where(positive, value, 1.0)
     return lam, G
 
 
@@ -183,25 +191,23 @@ class ReferenceDGRS(_Rule):
         self.bug = bug
         self.name = "ref-dgrs" if bug is None else f"dgrs-{bug}"
 
-    def acceptance(self, delta, K: int):
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
         return acceptance_dgrs(delta, K)
 
     def _levels(self, delta: Tensor, K: int) -> tuple[Tensor, Tensor]:
         d_np = delta.detach().cpu().numpy().astype(np.float64)
         uniq, inv = np.unique(d_np, return_inverse=True)
-        lam = np.empty((uniq.size, K + 1))
-        G = np.empty((uniq.size, K + 1))
-        for i, d in enumerate(uniq):
-            if d == 0.0:
-                lam[i], G[i] = 0.0, 0.0
-                G[i, 0] = 1.0
-                lam[i, 1:] = 1.0
-            else:
-                lam[i], G[i] = _dgrs_levels_np(float(d), K, self.bug)
+        lam = np.zeros((uniq.size, K + 1))
+        G = np.zeros((uniq.size, K + 1))
+        G[:, 0] = 1.0
+        lam[:, 1:] = 1.0  # delta = 0 rows: P = Q, child 1 is always accepted
+        pos = uniq > 0
+        if pos.any():
+            lam[pos], G[pos] = _dgrs_levels_vec(uniq[pos], K, self.bug)
         to = functools.partial(torch.as_tensor, dtype=delta.dtype, device=delta.device)
         return to(lam[inv.reshape(-1)]), to(G[inv.reshape(-1)])
 
-    def verify(self, delta: Tensor, s: Tensor, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         B, K = s.shape
         lam, G = self._levels(delta, K)
         u = _rand((B, K), s, generator)
@@ -242,7 +248,8 @@ def _dgrs_residual(delta: Tensor, lam: Tensor, like: Tensor, generator) -> Tenso
         d = delta[rows, None]
         return torch.log(-torch.expm1(torch.clamp(log_lam[rows, None] - (d * x - 0.5 * d * d), max=0.0)))
 
-    return _rejection(delta.numel(), like, generator, propose, log_accept, torch.arange(delta.numel(), device=like.device))
+    rows = torch.arange(delta.numel(), device=like.device)
+    return _rejection(delta.numel(), like, generator, propose, log_accept, rows)
 
 
 # --------------------------------------------------------------------------------- RASS
@@ -270,10 +277,10 @@ def _rass_tables(d: np.ndarray, K: int, bug: str | None):
     if bug == "beta_offbyone":
         b = b + 1.0  # the order-statistic densities of K + 1 draws
     keep = np.tile([-np.inf, np.inf], (d.size, 1))
-    if bug == "wrong_interval":
+    if bug == "wrong_interval":  # the interval of delta rounded to 2 digits (bounded cost per batch)
         for i, di in enumerate(d):
             if di > 0:
-                keep[i] = _wrong_interval(float(di), K)
+                keep[i] = _wrong_interval(float(f"{di:.2g}"), K)
     return w, w_density, a, b, keep
 
 
@@ -306,7 +313,7 @@ class ReferenceRASS(_Rule):
         self.bug = bug
         self.name = "ref-rass" if bug is None else f"rass-{bug}"
 
-    def acceptance(self, delta, K: int):
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
         d = np.asarray(delta, np.float64)
         W = rass_weights(d, K)
         out = np.empty(d.shape)
@@ -314,7 +321,7 @@ class ReferenceRASS(_Rule):
             out[idx] = 1.0 if di == 0 else acceptance_rass(float(di), K, W[idx])
         return out
 
-    def verify(self, delta: Tensor, s: Tensor, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         B, K = s.shape
         d_u, group = torch.unique(delta, return_inverse=True)
         w, w_den, a, b, keep = _rass_tables(d_u.cpu().numpy(), K, self.bug)
@@ -355,8 +362,8 @@ class ReferenceRASS(_Rule):
 WRAPPER_BUGS = ("drop_zperp", "first_child_zperp", "no_sigma_scale")
 
 
-def reference_verify_states(verifier, mu_p: Tensor, mu_q: Tensor, sigma, children: Tensor,
-                            generator=None, bug: str | None = None):
+def reference_verify_states(verifier: Any, mu_p: Tensor, mu_q: Tensor, sigma: Any, children: Tensor,
+                            generator: Gen = None, bug: str | None = None) -> Triple:
     """Rank-1 reduction around a scalar kernel (SPEC section 1). mu_p, mu_q: [B, *shape];
     sigma: float or [B]; children: [B, K, *shape] -> (y [B, *shape], accepted [B], index [B]).
 
@@ -367,8 +374,10 @@ def reference_verify_states(verifier, mu_p: Tensor, mu_q: Tensor, sigma, childre
     B, K = children.shape[:2]
     shape = children.shape[2:]
     dt = children.dtype
-    sig = torch.as_tensor(sigma, dtype=dt, device=children.device).expand(B) if not torch.is_tensor(sigma) or sigma.ndim == 0 \
-        else sigma.to(dt)
+    if not torch.is_tensor(sigma) or sigma.ndim == 0:
+        sig = torch.as_tensor(sigma, dtype=dt, device=children.device).expand(B)
+    else:
+        sig = sigma.to(dt)
     sig_b = sig.reshape((B,) + (1,) * len(shape))
     Delta = (mu_q - mu_p) if bug == "no_sigma_scale" else (mu_q - mu_p) / sig_b
     flat = Delta.reshape(B, -1)
@@ -403,13 +412,14 @@ class WrapperMutant(_Rule):
         self.base = base if base is not None else ReferenceDGRS()
         self.name = f"wrapper-{bug}"
 
-    def acceptance(self, delta, K: int):
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
         return self.base.acceptance(delta, K)
 
-    def verify(self, delta, s, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         return self.base.verify(delta, s, generator)
 
-    def verify_states(self, mu_p, mu_q, sigma, children, generator=None):
+    def verify_states(self, mu_p: Tensor, mu_q: Tensor, sigma: Any, children: Tensor,
+                      generator: Gen = None) -> Triple:
         return reference_verify_states(self.base, mu_p, mu_q, sigma, children, generator, bug=self.bug)
 
 
@@ -420,18 +430,95 @@ class ReferenceWrapped(_Rule):
         self.base = base if base is not None else ReferenceDGRS()
         self.name = f"{self.base.name}+ref-wrapper"
 
-    def acceptance(self, delta, K: int):
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
         return self.base.acceptance(delta, K)
 
     def supports_K(self, K: int) -> bool:
         f = getattr(self.base, "supports_K", None)
         return True if f is None else bool(f(K))
 
-    def verify(self, delta, s, generator=None):
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
         return self.base.verify(delta, s, generator)
 
-    def verify_states(self, mu_p, mu_q, sigma, children, generator=None):
+    def verify_states(self, mu_p: Tensor, mu_q: Tensor, sigma: Any, children: Tensor,
+                      generator: Gen = None) -> Triple:
         return reference_verify_states(self.base, mu_p, mu_q, sigma, children, generator)
+
+
+# ------------------------------------------------------------------- narrow-region mutants
+#: kind -> (what goes wrong, region (delta_lo, delta_hi, Ks or None = every K))
+NARROW_KINDS: dict[str, tuple[str, tuple[float, float, tuple[int, ...] | None]]] = {
+    "tiny-delta": ("for 0 < delta < 1e-3 the largest child is accepted (q/p ~ 1 + delta s 'approximated')",
+                   (1e-8, 1e-3, None)),
+    "window": ("for delta in [1.3, 1.4) (between the gate's grid points 1 and 2) child 0 is always accepted",
+               (1.3, 1.4, None)),
+    "large-delta": ("delta is clamped to 15 'for numerical safety' (wrong for delta > 15)", (15.0, 40.0, None)),
+    "single-K": ("at K = 5 (not on the gate's grid) a row rejected K times returns the last child as accepted",
+                 (0.0, 40.0, (5,))),
+    "batch-tail": ("rows past the first 4096 of a batch are verified with the batch's first delta",
+                   (0.0, 40.0, None)),
+}
+
+BATCH_HEAD = 4096
+
+
+class NarrowRegionDGRS(ReferenceDGRS):
+    """The exact D-GRS reference, wrong only in a narrow region (``region``: delta window and K).
+
+    These bugs hide from a fixed delta x K grid: below its smallest delta, between two of its
+    points, above its largest, at a K it does not list, or only past some row of a batch (a
+    grid cell has one delta per batch). See :data:`NARROW_KINDS`.
+
+    Power on the gate (layer L5: 4096 rows per stratum and K; the PIT KS test detects a
+    sup-CDF deviation of 0.068 with probability >= 0.99 at the binding Holm level), smallest
+    deviation of the PIT law u = Phi(s_out - delta) from U(0, 1) in one stratum:
+
+    - tiny-delta: stratum [1e-4, 1e-3) lies inside the region; u of the largest of K = 2
+      children has CDF x^2: deviation max(x - x^2) = 0.25 (every K >= 2 of the 17 listed);
+    - window: 18.3% of stratum [1, 1.5) (log scale) is in [1.3, 1.4), where s_out ~ N(0, 1)
+      instead of N(delta, 1): deviation 0.092 at every K;
+    - large-delta: s_out ~ N(15, 1) for delta in [15, 40): deviation > 0.8;
+    - single-K: at K = 5, delta in [3, 4), about 85% of rows are rejected by D-GRS and return
+      an N(0, 1) child instead of the residual draw (which lies above tau_5 > delta): > 0.5;
+    - batch-tail: 94% of the rows of a 65536-row chunk get another stratum's delta: > 0.5.
+
+    Each exceeds 0.068 in at least one stratum, so the gate kills each with power >= 0.99
+    (the acceptance tests add more); :mod:`speccheck.validation.localise` then confirms a
+    window inside the region. Measured kill matrix: ``validation/reports/kill_matrix.txt``.
+    """
+
+    def __init__(self, kind: str):
+        if kind not in NARROW_KINDS:
+            raise ValueError(f"kind must be one of {tuple(NARROW_KINDS)}, got kind={kind!r}")
+        super().__init__(None)
+        self.kind = kind
+        self.bug = kind
+        self.name = f"narrow-{kind}"
+        self.description, self.region = NARROW_KINDS[kind]
+
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
+        B, K = s.shape
+        if self.kind == "large-delta":
+            return super().verify(torch.clamp(delta, max=15.0), s, generator)
+        if self.kind == "batch-tail" and B > BATCH_HEAD:
+            shared = delta.clone()
+            shared[BATCH_HEAD:] = delta[0]
+            return super().verify(shared, s, generator)
+        out, acc, index = super().verify(delta, s, generator)
+        if self.kind == "tiny-delta":
+            rows = (delta > 0) & (delta < 1e-3)
+            top = torch.argmax(s, dim=1)
+            out = torch.where(rows, torch.gather(s, 1, top[:, None])[:, 0], out)
+            acc, index = acc | rows, torch.where(rows, top, index)
+        elif self.kind == "window":
+            rows = (delta >= 1.3) & (delta < 1.4)
+            out, acc = torch.where(rows, s[:, 0], out), acc | rows
+            index = torch.where(rows, torch.zeros_like(index), index)
+        elif self.kind == "single-K" and K == 5:
+            rows = ~acc
+            out, acc = torch.where(rows, s[:, K - 1], out), acc | rows
+            index = torch.where(rows, torch.full_like(index, K - 1), index)
+        return out, acc, index
 
 
 # ------------------------------------------------------------------------------ registry
@@ -446,6 +533,8 @@ def _make_mutants() -> dict[str, Callable[[], object]]:
         m[f"rass-{bug}"] = functools.partial(ReferenceRASS, bug)
     for bug in WRAPPER_BUGS:
         m[f"wrapper-{bug}"] = functools.partial(WrapperMutant, bug)
+    for kind in NARROW_KINDS:
+        m[f"narrow-{kind}"] = functools.partial(NarrowRegionDGRS, kind)
     return m
 
 
@@ -460,3 +549,65 @@ REFERENCES: dict[str, Callable[[], object]] = {
     "ref-wrapped": ReferenceWrapped,
     "always-reject": AlwaysRejectRule,
 }
+
+
+# ------------------------------------------------------------------------------ runners
+class SamplerMutantRule:
+    """A correct verifier run inside a mutant sampler (layer 4 only: layers 1-3 do not involve
+    the sampler)."""
+
+    def __init__(self, name: str, factory: Callable, base: str = "dgrs"):
+        self.base = load_verifier(base)
+        self.sampler_factory = factory
+        self.name = f"sampler-{name}"
+
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:
+        return self.base.acceptance(delta, K)
+
+    def verify(self, delta: Tensor, s: Tensor, generator: Gen = None) -> Triple:
+        return self.base.verify(delta, s, generator)
+
+
+def mutant_factories(include_sampler: bool = True) -> dict[str, Callable[[], Any]]:
+    """The scalar/wrapper mutants, plus the sampler engineer's SAMPLER_MUTANTS when present."""
+    from functools import partial
+
+    out = dict(MUTANTS)
+    if include_sampler:
+        from speccheck.validation.sampler_mutants import SAMPLER_MUTANTS
+
+        for k, f in dict(SAMPLER_MUTANTS).items():
+            out[f"sampler-{k}"] = partial(SamplerMutantRule, str(k), f)
+    return out
+
+
+def run_mutants(suite: str | Suite = "gate", *, names: list[str] | None = None, device: str = "cpu",
+                seed: int | None = None, progress: bool = False, heartbeat: Callable[[str], None] | None = None,
+                **options: Any) -> dict[str, BatteryReport]:
+    """Run the suite on every mutant (or ``names``); returns {mutant: report}.
+
+    ``heartbeat`` and ``options`` (``layers``, ``Ks``, ``scale``, ...) go to :func:`run_battery`.
+    Raises :class:`speccheck.errors.InputError` for an unknown mutant name."""
+    facts = mutant_factories()
+    if names:
+        unknown = [n for n in names if n not in facts]
+        if unknown:
+            raise InputError(f"unknown mutant(s) {unknown}; known: {sorted(facts)}")
+        facts = {n: facts[n] for n in names}
+    st = load_suite(suite) if isinstance(suite, str) else suite
+    out = {}
+    for name, f in facts.items():
+        if progress:
+            print(f"[mutants] {name} ...", file=sys.stderr, flush=True)
+        v = f()
+        st_v = st
+        if getattr(v, "sampler_factory", None) is not None:
+            if st.trajectory is None:
+                continue  # sampler mutants need layer 4
+            st_v = dataclasses.replace(st, scalar=None, wrapper=None, continuous=None)
+        beat = None if heartbeat is None else (lambda label, _n=name: heartbeat(f"{_n}: {label}"))
+        out[name] = run_battery(v, st_v, device=device, seed=seed, progress=progress, heartbeat=beat, **options)
+        if st_v is not st:
+            out[name].notes.append("sampler mutant: only layers 0 and 4 were run "
+                                   "(the others do not involve the sampler)")
+    return out

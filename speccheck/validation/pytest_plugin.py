@@ -8,11 +8,13 @@ A verifier author's CI test is one line::
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 
 
 @pytest.fixture
-def speccheck_battery():
+def speccheck_battery() -> Callable:
     """Run the battery on a verifier spec; fail the test with the report if a defect is found."""
     from speccheck.validation.battery import assert_battery_passes
 

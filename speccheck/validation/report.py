@@ -1,4 +1,5 @@
-"""Battery reports: a human table, JSON, JUnit XML, and the mutant kill matrix."""
+"""Battery reports: a short human summary (full table with ``verbose``), JSON, JUnit XML, and
+the mutant kill matrix."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
-from speccheck.validation.battery import BatteryReport
-from speccheck.validation.stats import TestResult
+from speccheck.validation.results import LAYERS, BatteryReport, TestResult
 
 
 def _fmt(x: float) -> str:
@@ -23,68 +23,114 @@ def _fmt(x: float) -> str:
 
 
 def _verdict(r: TestResult) -> str:
+    if r.kind == "n/a":
+        return "n/a"
     return "pass" if r.passed else "FAIL"
 
 
-def format_report(rep: BatteryReport, only_failures: bool = False) -> str:
-    """Per test: layer, cell, test, statistic, threshold, minimum detectable deviation, verdict."""
-    rows = [r for r in rep.results if (not only_failures or not r.passed)]
+#: how each statistic's minimum detectable deviation is measured
+_MDD_UNITS = "KS/pit-ks: sup-CDF distance; tails/acceptance: shift of the probability; mmd: MMD^2"
+
+
+def _test_kind(r: TestResult) -> str:
+    if r.test.startswith("tails"):
+        return "tails"
+    if r.layer == "L4":
+        return r.test.split()[0]
+    return r.test
+
+
+def _layer_lines(rep: BatteryReport) -> list[str]:
+    """One line per layer: tests, n/a, failed, and the weakest power (largest MDD) per test."""
+    rows = [("layer", "tests", "n/a", "failed", f"largest min. detectable deviation at power {rep.power:g}")]
+    for lid, name in LAYERS.items():
+        rs = [r for r in rep.results if r.layer == lid]
+        if not rs:
+            continue
+        worst: dict[str, float] = {}
+        for r in rs:
+            if r.kind == "stat" and math.isfinite(r.mdd):
+                key = _test_kind(r)
+                worst[key] = max(worst.get(key, 0.0), r.mdd)
+        if all(r.kind == "contract" for r in rs):
+            power = "deterministic checks"
+        elif worst:
+            power = ", ".join(f"{k} {_fmt(v)}" for k, v in worst.items())
+        else:
+            power = "p-value tests (no MDD)"
+        n_na = sum(r.kind == "n/a" for r in rs)
+        rows.append((f"{lid} {name}", str(len(rs) - n_na), str(n_na), str(sum(not r.passed for r in rs)), power))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return ["  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:4], widths[1:])] + [row[4]])
+            for row in rows]
+
+
+def _failure_line(r: TestResult) -> str:
+    if r.kind == "contract":
+        return f"{r.layer} {r.cell} {r.test}: {r.note or 'violated'}"
+    detail = f"statistic {_fmt(r.statistic)} vs threshold {_fmt(r.threshold)}, p = {_fmt(r.p_value)}"
+    return f"{r.layer} {r.cell} {r.test}: {detail}" + (f" ({r.note})" if r.note else "")
+
+
+def _table(rows: list[TestResult]) -> list[str]:
     head = ("layer", "cell", "test", "statistic", "threshold", "min.det.dev", "n", "verdict")
     table = [head]
-    contract_ok: dict[tuple[str, str], list[TestResult]] = {}
     for r in rows:
-        if r.kind == "contract" and r.passed:  # passing contract checks: one line per cell
-            key = (r.layer, r.cell)
-            if key not in contract_ok:
-                contract_ok[key] = []
-                table.append(key)  # placeholder, filled below
-            contract_ok[key].append(r)
-            continue
         stat = _fmt(r.statistic)
-        thr = _fmt(r.threshold) if r.kind == "stat" else "0 rows"
-        mdd = _fmt(r.mdd) if r.kind == "stat" else "-"
+        if r.kind == "stat":
+            thr, mdd = _fmt(r.threshold), _fmt(r.mdd)
+        elif r.kind == "n/a":
+            thr, mdd = "n/a", "n/a"
+        else:
+            thr, mdd = "0 rows", "-"
         table.append((r.layer, r.cell, r.test, stat, thr, mdd, str(r.n), _verdict(r)))
-    for i, row in enumerate(table):
-        if len(row) == 2:
-            rs = contract_ok[row]
-            table[i] = (row[0], row[1], f"contract ({len(rs)} checks)", "0", "0 rows", "-",
-                        str(max(r.n for r in rs)), "pass")
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table[1:]]
+    return lines
+
+
+def format_report(rep: BatteryReport, verbose: bool = False, only_failures: bool = False,
+                  max_failures: int = 20) -> str:
+    """The report people read: header, one line per layer, the failures and where they are
+    (localisation), notes and the verdict. ``verbose`` adds the full per-test table;
+    ``only_failures`` limits that table to failed tests."""
+    n_stat = sum(r.kind == "stat" for r in rep.results)
     lines = [
-        f"speccheck battery: verifier={rep.verifier} suite={rep.suite} seed={rep.seed} device={rep.device}",
-        f"family-wise false-failure rate {rep.family_alpha:g} (Holm over "
-        f"{sum(r.kind == 'stat' for r in rep.results)} statistical tests; binding per-test level "
-        f"{rep.per_test_alpha:.3g}); contract checks are deterministic; min.det.dev = smallest "
-        f"deviation detected with probability >= 0.99 (KS: sup-CDF distance; tails/acceptance: shift "
-        f"of the probability; mmd: MMD^2)",
+        f"speccheck battery: verifier={rep.verifier} suite={rep.suite} seed={rep.seed} device={rep.device}"
+        + (f" scale={rep.scale:g}" if rep.scale != 1.0 else ""),
+        f"family-wise false-failure rate {rep.family_alpha:g} (Holm over {n_stat} statistical tests; thresholds at "
+        f"the binding per-test level {rep.per_test_alpha:.3g}); contract checks are deterministic",
+        f"min. detectable deviation = smallest deviation detected with probability >= {rep.power:g} "
+        f"({_MDD_UNITS}); n/a = cannot fail at that cell",
+        "",
     ]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    lines.append("  ".join("-" * w for w in widths))
-    for row in table[1:]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)))
-    notes = [f"{r.layer} {r.cell} {r.test}: {r.note}" for r in rows if r.note and not r.passed]
+    lines += _layer_lines(rep)
+    fails = rep.failures
+    if fails:
+        lines += ["", f"failures ({len(fails)}):"]
+        lines += [f"  {_failure_line(r)}" for r in fails[:max_failures]]
+        if len(fails) > max_failures:
+            lines.append(f"  ... and {len(fails) - max_failures} more (--verbose or --json for all)")
+    if rep.localisations:
+        lines += ["", "where (confirmed on fresh draws, own error budget):"]
+        lines += [f"  {loc.describe()}" for loc in rep.localisations]
+        if not any(loc.confirmed for loc in rep.localisations):
+            lines.append("  none confirmed on fresh draws: the defect may depend on more than delta and K")
+    elif fails and any(r.kind == "stat" for r in fails):
+        lines += ["", "where: not localised in delta (the failing tests name no delta window)"]
+    if verbose or only_failures:
+        rows = fails if only_failures else rep.results
+        lines += [""] + _table(rows)
     lines += [f"note: {n}" for n in rep.notes]
-    lines += [f"failure: {n}" for n in notes]
-    nf = len(rep.failures)
-    lines.append(f"RESULT: {'PASS' if rep.passed else 'FAIL'} ({len(rep.results)} tests, {nf} failed) in {rep.wall_s:.1f} s "
-                 f"(CPU {getattr(rep, 'cpu_s', 0.0):.1f} s)")
+    lines.append(f"RESULT: {'PASS' if rep.passed else 'FAIL'} ({len(rep.results)} tests, {len(fails)} failed) "
+                 f"in {rep.wall_s:.1f} s (CPU {rep.cpu_s:.1f} s)")
     return "\n".join(lines)
 
 
 def report_dict(rep: BatteryReport) -> dict:
-    return {
-        "verifier": rep.verifier,
-        "suite": rep.suite,
-        "seed": rep.seed,
-        "device": rep.device,
-        "family_alpha": rep.family_alpha,
-        "per_test_alpha": rep.per_test_alpha,
-        "passed": rep.passed,
-        "wall_s": rep.wall_s,
-        "cpu_s": getattr(rep, "cpu_s", 0.0),
-        "notes": rep.notes,
-        "results": [r.as_dict() for r in rep.results],
-    }
+    """JSON-ready dict of a report (:meth:`BatteryReport.to_dict`)."""
+    return rep.to_dict()
 
 
 def write_json(rep: BatteryReport, path: str) -> None:
@@ -95,12 +141,13 @@ def write_json(rep: BatteryReport, path: str) -> None:
 def junit_xml(rep: BatteryReport) -> str:
     """JUnit XML: one testsuite per battery run, one testcase per (cell, test)."""
     fails = len(rep.failures)
+    skipped = sum(r.kind == "n/a" for r in rep.results)
     suite = ET.Element("testsuite", name=f"speccheck.battery.{rep.suite}.{rep.verifier}",
-                       tests=str(len(rep.results)), failures=str(fails), errors="0", skipped="0",
+                       tests=str(len(rep.results)), failures=str(fails), errors="0", skipped=str(skipped),
                        time=f"{rep.wall_s:.3f}")
     props = ET.SubElement(suite, "properties")
     for k, v in (("seed", rep.seed), ("family_alpha", rep.family_alpha), ("per_test_alpha", rep.per_test_alpha),
-                 ("device", rep.device)):
+                 ("device", rep.device), ("power", rep.power), ("scale", rep.scale)):
         ET.SubElement(props, "property", name=k, value=str(v))
     for r in rep.results:
         tc = ET.SubElement(suite, "testcase", classname=f"{rep.verifier}.{r.layer}.{r.cell}", name=r.test, time="0")
@@ -109,8 +156,12 @@ def junit_xml(rep: BatteryReport) -> str:
         if not r.passed:
             f = ET.SubElement(tc, "failure", message=msg, type=r.kind)
             f.text = r.note or msg
+        elif r.kind == "n/a":
+            ET.SubElement(tc, "skipped", message=r.note or "n/a: cannot fail at this cell")
         else:
             ET.SubElement(tc, "system-out").text = msg
+    for loc in rep.localisations:
+        ET.SubElement(props, "property", name="localisation", value=loc.describe())
     return ET.tostring(suite, encoding="unicode")
 
 
@@ -125,7 +176,8 @@ _SHORT = {
     "L1 contract": "L1c", "L1 ks": "ks", "L2 acceptance<=list-bound": "bound", "L2 acceptance=declared": "acc",
     "L3 contract": "L3c", "L3 direction": "dir", "L3 random-direction": "rdir", "L3 chi2-norm": "chi2",
     "L3 mmd": "mmd", "L4 contract": "L4c", "L4 innovation": "innov", "L4 chain-law steps": "chain",
-    "L4 chain-law transitions": "trans",
+    "L4 chain-law transitions": "trans", "L0 contract": "L0c", "L5 contract": "L5c", "L5 pit-ks": "pit",
+    "L5 acceptance<=list-bound": "cbound", "L5 acceptance=declared": "cacc", "L1 tails": "tails",
 }
 
 
@@ -159,39 +211,37 @@ def kill_matrix(reports: dict[str, BatteryReport]) -> tuple[list[str], dict[str,
                 fams.append(f)
             row[f] = row.get(f, False) or not r.passed
         mat[name] = row
-    order = {"L1": 0, "L2": 1, "L3": 2, "L4": 3}
+    order = {"L0": 0, "L1": 1, "L2": 2, "L5": 3, "L3": 4, "L4": 5}
     fams.sort(key=lambda f: (order.get(f.split()[0], 9), f))
     return fams, mat
 
 
 def format_kill_matrix(reports: dict[str, BatteryReport]) -> str:
+    """A table: one row per mutant, one column per test family; X = killed by that family."""
     fams, mat = kill_matrix(reports)
     short = [_SHORT.get(f, "tails" if f == "L1 tails" else f) for f in fams]
     w0 = max([len("mutant")] + [len(m) for m in mat])
     head = "mutant".ljust(w0) + "  " + "  ".join(s for s in short) + "  killed"
     lines = [head, "-" * len(head)]
     for m, row in mat.items():
-        cells = ["X".center(len(s)) if row.get(f) else ("." if f in row else " ").center(len(s)) for f, s in zip(fams, short)]
+        cells = ["X".center(len(s)) if row.get(f) else ("." if f in row else " ").center(len(s))
+                 for f, s in zip(fams, short)]
         killed = any(row.values())
+        where = [loc for loc in reports[m].localisations if loc.confirmed]
+        at = ""
+        if where:
+            loc = where[0]
+            lo, hi = f"{loc.delta_lo:.4g}", f"{loc.delta_hi:.4g}"
+            at = f"  at delta {lo}, K={loc.K}" if lo == hi else f"  at delta [{lo}, {hi}), K={loc.K}"
         lines.append(m.ljust(w0) + "  " + "  ".join(cells) + "  " + ("yes" if killed else "NO") +
-                     f" ({reports[m].wall_s:.0f} s)")
+                     f" ({reports[m].wall_s:.0f} s){at}")
     n_k = sum(any(r.values()) for r in mat.values())
     lines.append(f"{n_k}/{len(mat)} mutants killed (X: some test of that family failed; '.': ran and passed; "
-                 "blank: not run)")
+                 "blank: not run; 'at': the first confirmed localisation)")
     lines.append("columns: " + "; ".join(f"{s_}={f}" for s_, f in zip(short, fams)))
     return "\n".join(lines)
 
 
 def report_from_dict(d: dict) -> BatteryReport:
-    """Rebuild a :class:`BatteryReport` from :func:`report_dict` output (e.g. to merge kill
-    matrices computed in separate processes)."""
-    fields = TestResult.__dataclass_fields__
-    res = []
-    for r in d["results"]:
-        kw = {k: r[k] for k in fields if k in r}
-        for k in ("statistic", "threshold", "p_value", "mdd"):
-            if kw.get(k) is None:
-                kw[k] = math.nan
-        res.append(TestResult(**kw))
-    return BatteryReport(d["verifier"], d["suite"], d["seed"], d["family_alpha"], d["per_test_alpha"], d["device"],
-                         res, list(d.get("notes", [])), float(d.get("wall_s", 0.0)), float(d.get("cpu_s", 0.0)))
+    """Rebuild a :class:`BatteryReport` from :func:`report_dict` output (exact round trip)."""
+    return BatteryReport.from_dict(d)

@@ -6,53 +6,23 @@ the minimum detectable deviation (MDD): the smallest departure from the null, in
 statistic's own units, that the test rejects with probability >= ``power`` (default 0.99) at
 that n and level.
 
-Null laws used here are exact (binomial counts, DKW-Massart) except the studentised
-linear-time MMD, whose normal reference is asymptotic (n >= 1e3 pairs in every suite).
-numpy/scipy only.
+Null laws used here are exact (binomial counts, DKW-Massart) or valid bounds (Chernoff for
+sums of unequal Bernoullis, :func:`bernoulli_sum_test`), except the studentised linear-time
+MMD, whose normal reference is asymptotic (n >= 1e3 pairs in every suite). numpy/scipy only.
+:class:`TestResult` lives in :mod:`speccheck.validation.results` (re-exported here).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import special, stats
+from scipy import optimize, special, stats
+
+from speccheck.validation.results import TestResult
 
 POWER = 0.99
-
-
-@dataclass
-class TestResult:
-    """One test in one cell of the battery.
-
-    ``kind`` is "stat" (a statistical test, part of the Holm family), "contract" (a
-    deterministic check: false-failure rate 0) or "skip". ``passed`` is the final verdict
-    (after Holm for "stat" tests); ``p_value`` is the raw p-value.
-    """
-
-    __test__ = False  # not a pytest class
-
-    cell: str
-    test: str
-    statistic: float
-    threshold: float
-    p_value: float
-    mdd: float
-    n: int
-    kind: str = "stat"
-    passed: bool = True
-    note: str = ""
-    layer: str = ""
-    extra: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        for k in ("statistic", "threshold", "p_value", "mdd"):
-            v = d[k]
-            d[k] = None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
-        return d
 
 
 # ----------------------------------------------------------------------------- KS / DKW
@@ -198,6 +168,124 @@ def tail_test(x: np.ndarray, cdf: Callable, alpha: float, q: float = 0.01, *, ce
     ok = lo <= k_lo <= hi and lo <= k_hi <= hi
     return TestResult(cell, test, stat, thr, p, mdd, n, passed=bool(ok),
                       extra={"lower_count": k_lo, "upper_count": k_hi, "q": q})
+
+
+# ---------------------------------------------------------- sums of unequal Bernoullis
+def _log_mgf(lam: float, probs: np.ndarray, counts: np.ndarray) -> float:
+    """log E exp(lam X), X = sum of counts[j] Bernoulli(probs[j]) (independent)."""
+    if lam >= 0:
+        terms = np.log1p(probs * np.expm1(lam))
+    else:
+        terms = np.log1p(-probs * -np.expm1(lam))
+    return float(np.dot(counts, terms))
+
+
+def chernoff_tail(k: float, probs: np.ndarray, counts: np.ndarray, upper: bool) -> float:
+    """Valid bound on P(X >= k) (``upper``) or P(X <= k), X = sum of independent Bernoullis.
+
+    Chernoff with the exact moment generating function: P(X >= k) <= min_{lam >= 0}
+    exp(-lam k + sum_j c_j log(1 - p_j + p_j e^lam)) (lower tail: lam <= 0). Any lam gives a
+    valid bound, so an approximate minimiser only costs a little power. Rows with p_j in {0, 1}
+    are exact: they shift k.
+    """
+    probs = np.clip(np.asarray(probs, np.float64), 0.0, 1.0)
+    counts = np.asarray(counts, np.float64)
+    sure = float(np.dot(counts, probs >= 1.0))
+    free = (probs > 0.0) & (probs < 1.0)
+    probs, counts, k = probs[free], counts[free], k - sure
+    total = float(counts.sum())
+    mean = float(np.dot(counts, probs))
+    if upper:
+        if k <= mean:
+            return 1.0
+        if k > total:
+            return 0.0
+        sign = 1.0
+    else:
+        if k >= mean:
+            return 1.0
+        if k < 0:
+            return 0.0
+        sign = -1.0
+
+    def exponent(lam: float) -> float:
+        return -sign * lam * k + _log_mgf(sign * lam, probs, counts)
+
+    best = optimize.minimize_scalar(exponent, bounds=(0.0, 60.0), method="bounded", options={"xatol": 1e-6})
+    return float(min(1.0, math.exp(min(0.0, float(best.fun), exponent(60.0)))))
+
+
+def _critical_count(probs: np.ndarray, counts: np.ndarray, level: float, upper: bool) -> float:
+    """The least extreme count rejected at ``level`` on one side (inf / -inf: none is)."""
+    mean = float(np.dot(counts, probs))
+    total = float(np.sum(counts))
+    lo, hi = (math.ceil(mean), total) if upper else (0.0, math.floor(mean))
+    edge = hi if upper else lo
+    if chernoff_tail(edge, probs, counts, upper) > level:
+        return math.inf if upper else -math.inf
+    while hi - lo > 1:  # bisection on the integer count
+        mid = math.floor(0.5 * (lo + hi))
+        rejected = chernoff_tail(mid, probs, counts, upper) <= level
+        if upper:
+            lo, hi = (lo, mid) if rejected else (mid, hi)
+        else:
+            lo, hi = (mid, hi) if rejected else (lo, mid)
+    return hi if upper else lo
+
+
+def _shift_power(probs: np.ndarray, counts: np.ndarray, crit: float, power: float, upper: bool) -> float:
+    """Smallest uniform shift eps of every p_j (up if ``upper``) such that the count passes
+    ``crit`` with probability >= power (bounded by Chernoff too, so the power is guaranteed)."""
+    if not math.isfinite(crit):
+        return math.inf
+
+    def miss(eps: float) -> float:  # P(count does not reach crit) under p + eps, bounded
+        shifted = np.clip(probs + (eps if upper else -eps), 0.0, 1.0)
+        return chernoff_tail(crit - 1 if upper else crit + 1, shifted, counts, upper=not upper)
+
+    if miss(1.0) > 1.0 - power:
+        return math.inf
+    a, b = 0.0, 1.0
+    for _ in range(30):
+        m = 0.5 * (a + b)
+        a, b = (a, m) if miss(m) <= 1.0 - power else (m, b)
+    return b
+
+
+def bernoulli_sum_test(k: int, probs: np.ndarray, alpha: float, *, counts: np.ndarray | None = None,
+                       cell: str = "", test: str = "acceptance", one_sided_upper: bool = False,
+                       power: float = POWER) -> TestResult:
+    """Test of a count of successes against independent Bernoulli(p_j) trials (c_j each).
+
+    Under H0 the count X = sum_j Bin(c_j, p_j) (a Poisson-binomial law: rows with their own
+    delta, so their own declared acceptance). Two-sided p = 2 min(P(X >= k), P(X <= k)) with
+    both tails bounded by :func:`chernoff_tail` (valid, slightly conservative); one-sided
+    (H1: acceptance above p, e.g. above the i.i.d.-list bound, valid whenever the true p_j are
+    <= the given ones) uses the upper tail. statistic = k/n - mean(p); threshold = the largest
+    |k/n - mean(p)| accepted at level alpha; MDD = the smallest uniform shift of every p_j
+    detected with probability >= power. A test that cannot reject (every p_j = 1 for the upper
+    side, say) is returned with kind "n/a".
+    """
+    probs = np.clip(np.asarray(probs, np.float64).ravel(), 0.0, 1.0)
+    counts = np.ones_like(probs) if counts is None else np.asarray(counts, np.float64).ravel()
+    n = int(round(float(counts.sum())))
+    mean = float(np.dot(counts, probs)) / max(n, 1)
+    upper_level = alpha if one_sided_upper else alpha / 2.0
+    hi = _critical_count(probs, counts, upper_level, upper=True)
+    lo = -math.inf if one_sided_upper else _critical_count(probs, counts, alpha / 2.0, upper=False)
+    p_hi = chernoff_tail(k, probs, counts, upper=True)
+    p_value = p_hi if one_sided_upper else min(1.0, 2.0 * min(p_hi, chernoff_tail(k, probs, counts, upper=False)))
+    statistic = k / max(n, 1) - mean
+    gaps = [g for g in ((hi - 1) / n - mean, mean - (lo + 1) / n) if math.isfinite(g)]
+    threshold = max(gaps) if gaps else math.inf
+    mdds = [_shift_power(probs, counts, hi, power, upper=True)]
+    if not one_sided_upper:
+        mdds.append(_shift_power(probs, counts, lo, power, upper=False))
+    passed = bool(lo < k < hi)
+    kind = "stat" if (math.isfinite(hi) or math.isfinite(lo)) else "n/a"
+    return TestResult(cell, test, statistic, threshold, p_value, min(mdds), n, kind=kind, passed=passed,
+                      note="" if kind == "stat" else "cannot fail here (no count is improbable enough)",
+                      extra={"count": int(k), "expected": mean * n, "rejected_outside": [lo, hi]})
 
 
 # --------------------------------------------------------------------- linear-time MMD

@@ -1,4 +1,5 @@
-"""Battery suites: TOML files in the top-level ``validation/`` folder (users add their own).
+"""Battery suites: TOML files shipped in ``speccheck/data/suites/`` (``smoke``, ``gate``,
+``full``); a user's own suite loads by its path.
 
 A suite names its seed, family-wise false-failure rate, and the size of each layer::
 
@@ -24,18 +25,29 @@ A suite names its seed, family-wise false-failure rate, and the size of each lay
     deltas = [0.0, 0.5, 1.0, 2.0]
     [trajectory]                 # layer 4 (options passed to speccheck.validation.trajectory)
     enabled = true
+    [continuous]                 # layer 5: rows carry their own delta (see ContinuousSpec)
+    K = [1, 2, 3, 4]
+    edges = [1e-8, 1e-4, 1e-2, 0.1, 1.0, 2.0, 4.0, 15.0, 40.0]
+    zero_atom = true             # a stratum at delta = 0 exactly
+    n = 4096                     # rows per stratum and K
+    declared_deltas = 2          # distinct deltas per stratum for the declared-acceptance test
+    declared_rows = 512          # rows at each of them
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+from speccheck.errors import LoadError
 
 BUILTIN_SUITES = ("smoke", "gate", "full")
 
@@ -60,6 +72,33 @@ class WrapperSpec:
 
 
 @dataclass
+class ContinuousSpec:
+    """Layer 5: each row carries its own delta, so every delta in [0, edges[-1]] is covered.
+
+    The law of a row's delta: strata = the atom at 0 (``zero_atom``) and the bins
+    [edges[i], edges[i+1]); in each stratum and for each K, ``n`` rows with delta drawn
+    log-uniform on the bin (i.i.d. per row). The first ``declared_deltas * declared_rows`` rows of
+    a stratum share ``declared_deltas`` such deltas (``declared_rows`` rows each): the
+    declared acceptance is evaluated there only (it may cost milliseconds per delta).
+    """
+
+    K: list[int]
+    edges: list[float]
+    n: int
+    zero_atom: bool = True
+    declared_deltas: int = 2
+    declared_rows: int = 512
+    chunk: int = 1 << 16
+    refine: int = 8          # sub-windows per failing stratum when localising
+    confirm_n: int = 8192    # fresh rows per localisation confirmation
+
+    def strata(self) -> list[tuple[float, float]]:
+        """[(lo, hi)] per stratum; the atom at 0 is (0.0, 0.0)."""
+        bins = list(zip(self.edges[:-1], self.edges[1:]))
+        return ([(0.0, 0.0)] if self.zero_atom else []) + bins
+
+
+@dataclass
 class Suite:
     name: str
     seed: int
@@ -71,90 +110,131 @@ class Suite:
     trajectory: dict | None
     description: str = ""
     path: str = ""
+    continuous: ContinuousSpec | None = None
+
+
+def _builtin_dir() -> Path:
+    return Path(str(resources.files("speccheck") / "data" / "suites"))
 
 
 def suite_dirs() -> list[Path]:
-    """Where suite names are looked up: ./validation, then the repository's validation/."""
-    here = Path(__file__).resolve().parents[2] / "validation"
-    cwd = Path.cwd() / "validation"
-    return [cwd] if cwd == here else [cwd, here]
+    """Where suite names are looked up: the suites shipped in the package."""
+    return [_builtin_dir()]
+
+
+def known_suites() -> list[str]:
+    """Names of the shipped suites."""
+    return sorted(f.stem for d in suite_dirs() if d.is_dir() for f in d.glob("*.toml"))
 
 
 def find_suite(name_or_path: str) -> Path:
-    p = Path(name_or_path)
-    if p.suffix == ".toml" and p.is_file():
+    """The .toml file of a shipped suite name or of a path (LoadError naming both otherwise)."""
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise LoadError(f"suite must be a name ({', '.join(known_suites())}) or a path to a .toml file, "
+                        f"got {name_or_path!r}")
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
         return p
+    if p.suffix == ".toml" or len(p.parts) > 1:
+        raise LoadError(f"suite file {str(p)!r} does not exist")
     for d in suite_dirs():
         cand = d / f"{name_or_path}.toml"
         if cand.is_file():
             return cand
-    known = sorted({f.stem for d in suite_dirs() if d.is_dir() for f in d.glob("*.toml")})
-    raise ValueError(f"unknown suite {name_or_path!r}: not a .toml file and not one of {known}")
+    raise LoadError(f"unknown suite {name_or_path!r}: not a .toml file and not one of {known_suites()}")
 
 
 def _pos_int(tab: dict, key: str, where: str, default=None) -> int:
     v = tab.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"suite [{where}] {key} must be an integer >= 1, got {key}={v!r}")
+        raise LoadError(f"suite [{where}] {key} must be an integer >= 1, got {key}={v!r}")
     return v
 
 
 def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
-    """Validate a suite's TOML table (ValueError naming the bad key)."""
+    """Validate a suite's TOML table (LoadError, a ValueError, naming the bad key)."""
     alpha = float(data.get("family_alpha", 1e-3))
     if not 0 < alpha < 1:
-        raise ValueError(f"suite family_alpha must be in (0, 1), got family_alpha={alpha!r}")
+        raise LoadError(f"suite family_alpha must be in (0, 1), got family_alpha={alpha!r}")
     power = float(data.get("power", 0.99))
     if not 0 < power < 1:
-        raise ValueError(f"suite power must be in (0, 1), got power={power!r}")
+        raise LoadError(f"suite power must be in (0, 1), got power={power!r}")
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"suite seed must be an integer >= 0, got seed={seed!r}")
+        raise LoadError(f"suite seed must be an integer >= 0, got seed={seed!r}")
     scalar = None
     if "scalar" in data:
         t = data["scalar"]
         deltas = [float(x) for x in t.get("deltas", [])]
         if not deltas or any(not (d >= 0) or d != d or d == float("inf") for d in deltas):
-            raise ValueError(f"suite [scalar] deltas must be a non-empty list of finite values >= 0, got {deltas!r}")
+            raise LoadError(f"suite [scalar] deltas must be a non-empty list of finite values >= 0, got {deltas!r}")
         Ks = t.get("K", [])
         if not Ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in Ks):
-            raise ValueError(f"suite [scalar] K must be a non-empty list of integers >= 1, got {Ks!r}")
+            raise LoadError(f"suite [scalar] K must be a non-empty list of integers >= 1, got {Ks!r}")
         tail_q = float(t.get("tail_q", 0.01))
         if not 0 < tail_q < 0.5:
-            raise ValueError(f"suite [scalar] tail_q must be in (0, 0.5), got tail_q={tail_q!r}")
+            raise LoadError(f"suite [scalar] tail_q must be in (0, 0.5), got tail_q={tail_q!r}")
         extra = []
         for i, c in enumerate(t.get("extra", [])):
             d = float(c.get("delta", -1.0))
             if not d >= 0 or d == float("inf"):
-                raise ValueError(f"suite [[scalar.extra]] #{i}: delta must be finite and >= 0, got delta={c.get('delta')!r}")
+                raise LoadError(f"suite [[scalar.extra]] #{i}: delta must be finite and >= 0, "
+                                f"got delta={c.get('delta')!r}")
             extra.append((d, _pos_int(c, "K", "scalar.extra"), _pos_int(c, "n", "scalar.extra")))
-        scalar = ScalarSpec(deltas, list(Ks), _pos_int(t, "n", "scalar"), _pos_int(t, "chunk", "scalar", 1 << 18), tail_q,
-                            extra)
+        scalar = ScalarSpec(deltas, list(Ks), _pos_int(t, "n", "scalar"), _pos_int(t, "chunk", "scalar", 1 << 18),
+                            tail_q, extra)
     wrapper = None
     if "wrapper" in data:
         t = data["wrapper"]
         dims = t.get("dims", [])
         if not dims or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in dims):
-            raise ValueError(f"suite [wrapper] dims must be a non-empty list of integers >= 1, got {dims!r}")
+            raise LoadError(f"suite [wrapper] dims must be a non-empty list of integers >= 1, got {dims!r}")
         deltas = [float(x) for x in t.get("deltas", [0.0, 0.5, 1.0, 2.0])]
         if not deltas or any(not (d >= 0) for d in deltas):
-            raise ValueError(f"suite [wrapper] deltas must be a non-empty list of values >= 0, got {deltas!r}")
+            raise LoadError(f"suite [wrapper] deltas must be a non-empty list of values >= 0, got {deltas!r}")
         wrapper = WrapperSpec(list(dims), _pos_int(t, "n", "wrapper"), _pos_int(t, "K", "wrapper", 3), deltas,
                               _pos_int(t, "chunk", "wrapper", 4096))
     traj = data.get("trajectory")
     if traj is not None and not traj.get("enabled", True):
         traj = None
     contract_n = _pos_int(data.get("contract", {}), "n", "contract", 256)
+    continuous = _parse_continuous(data["continuous"]) if "continuous" in data else None
     return Suite(str(data.get("name", name)), seed, alpha, power, scalar, contract_n, wrapper, traj,
-                 str(data.get("description", "")), path)
+                 str(data.get("description", "")), path, continuous)
+
+
+def _parse_continuous(t: dict) -> ContinuousSpec:
+    Ks = t.get("K", [])
+    if not Ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in Ks):
+        raise LoadError(f"suite [continuous] K must be a non-empty list of integers >= 1, got {Ks!r}")
+    edges = [float(x) for x in t.get("edges", [])]
+    if len(edges) < 2 or any(not (math.isfinite(e) and e > 0) for e in edges) or edges != sorted(set(edges)):
+        raise LoadError(f"suite [continuous] edges must be >= 2 increasing finite values > 0, got {edges!r}")
+    zero = t.get("zero_atom", True)
+    if not isinstance(zero, bool):
+        raise LoadError(f"suite [continuous] zero_atom must be true or false, got {zero!r}")
+    spec = ContinuousSpec(list(Ks), edges, _pos_int(t, "n", "continuous"), zero,
+                          _pos_int(t, "declared_deltas", "continuous", 2),
+                          _pos_int(t, "declared_rows", "continuous", 512),
+                          _pos_int(t, "chunk", "continuous", 1 << 16), _pos_int(t, "refine", "continuous", 8),
+                          _pos_int(t, "confirm_n", "continuous", 8192))
+    shared = spec.declared_deltas * spec.declared_rows
+    if shared > spec.n:
+        raise LoadError(f"suite [continuous] declared_deltas * declared_rows = {shared} must be <= n = {spec.n}")
+    return spec
 
 
 def load_suite(name_or_path: str) -> Suite:
-    """Load ``validation/<name>.toml`` (or a path to a .toml file) into a :class:`Suite`."""
+    """Load a shipped suite by name (``smoke``, ``gate``, ``full``) or a .toml file by path.
+
+    Raises :class:`speccheck.errors.LoadError` naming the file or listing the known suites."""
     p = find_suite(name_or_path)
     with open(p, "rb") as fh:
         try:
             data = tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"suite file {p} is not valid TOML: {exc}") from exc
-    return parse_suite(data, p.stem, str(p))
+            raise LoadError(f"suite file {p} is not valid TOML: {exc}") from exc
+    try:
+        return parse_suite(data, p.stem, str(p))
+    except LoadError as exc:
+        raise LoadError(f"suite file {p}: {exc}") from None

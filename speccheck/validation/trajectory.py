@@ -6,8 +6,10 @@ also within each stratum of a past-measurable variable (the depth inside its rou
 step n + 1 was committed). For Gaussian data the whole chain law is Gaussian and known
 exactly (:func:`speccheck.targets.gaussian.chain_law`): a one-sample reference.
 
-Every test returns :class:`CheckResult` records with a p-value; a family of m tests run at
-total false-failure rate alpha uses the Bonferroni level alpha / m per test.
+Every test returns :class:`speccheck.validation.results.TestResult` records (the battery's one
+result type; cell "traj:<target>[<stratum>]", ``threshold`` = the level on the p-value,
+``extra["name"]`` the full name); a family of m tests run at total false-failure rate alpha
+uses the Bonferroni level alpha / m per test.
 
 Entry points for the battery: :func:`run_trajectory_checks` (and the two building blocks
 :func:`innovation_checks`, :func:`gaussian_chain_checks`).
@@ -15,8 +17,8 @@ Entry points for the battery: :func:`run_trajectory_checks` (and the two buildin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+import math
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -27,20 +29,29 @@ from speccheck.sampler.tree import chain, uniform_tree
 from speccheck.targets.gaussian import GaussianData, chain_law
 from speccheck.targets.gmm import GaussianMixture
 from speccheck.targets.schedules import Schedule, shifted
+from speccheck.validation.results import TestResult
 
 MIN_STRATUM = 20  # strata with fewer innovations are merged into "rare"
 
 
-@dataclass
-class CheckResult:
-    """One statistical test: passed = p_value >= level (level = alpha / m, Bonferroni)."""
+#: the trajectory checks return the battery's result type (the old name is kept)
+CheckResult = TestResult
 
-    name: str
-    statistic: float
-    p_value: float
-    level: float
-    passed: bool
-    detail: dict = field(default_factory=dict)
+
+def _results(raw: list, level: float, cell: str) -> list[TestResult]:
+    """TestResults from (name, test, stratum, statistic, p, detail) tuples at ``level``."""
+    out = []
+    for name, test, stratum, stat, p, det in raw:
+        where = f"{cell}[{stratum}]" if stratum else cell
+        out.append(TestResult(where, test, float(stat), level, float(p), math.nan, int(det.get("count", 0)),
+                              passed=bool(p >= level), layer="L4", extra={"name": name, **det}))
+    return out
+
+
+def _cell(label: str) -> str:
+    """"traj:gaussian" from a label "(gaussian, dgrs, tree)" (else "traj")."""
+    inner = label.strip().strip("()").split(",")[0].strip()
+    return f"traj:{inner}" if inner else "traj"
 
 
 def _ks(x: np.ndarray) -> tuple[float, float]:
@@ -58,7 +69,8 @@ def _z_two_sided(z: float) -> float:
     return float(2 * stats.norm.sf(abs(z)))
 
 
-def innovations(states: torch.Tensor, target, schedule: Schedule, cond: Optional[torch.Tensor] = None):
+def innovations(states: torch.Tensor, target: Any, schedule: Schedule,
+                cond: Optional[torch.Tensor] = None) -> tuple:
     """xi[b, n] for every stochastic step n: returns (xi [n_traj, n_sto, d_flat], steps (n_sto,),
     dir_state [n_traj, n_sto, d] unit Y_n, dir_vel [.., d] unit v_{t_n}(Y_n))."""
     steps = np.nonzero(schedule.stochastic)[0]
@@ -80,7 +92,7 @@ def innovations(states: torch.Tensor, target, schedule: Schedule, cond: Optional
     return xi, steps, unit(Y), unit(v)
 
 
-def innovation_checks(result: SamplerResult, target, schedule: Schedule, *, alpha: float,
+def innovation_checks(result: SamplerResult, target: Any, schedule: Schedule, *, alpha: float,
                       cond: Optional[torch.Tensor] = None, label: str = "") -> list[CheckResult]:
     """Innovation test stratified by commit depth: per stratum (1) KS of all coordinates vs
     N(0, 1), (2) chi-square of sum ||xi||^2 with d * count dof, (3) z and KS of the projections
@@ -104,18 +116,19 @@ def innovation_checks(result: SamplerResult, target, schedule: Schedule, *, alph
         if cnt == 0:
             continue
         s, p = _ks(x.reshape(-1).numpy())
-        raw.append((f"innovation{label}[{key}] coordinates KS", s, p, {"count": cnt}))
+        raw.append((f"innovation{label}[{key}] coordinates KS", "innovation coordinates KS", key, s, p,
+                    {"count": cnt}))
         q = float((x**2).sum())
-        raw.append((f"innovation{label}[{key}] chi2 of |xi|^2", q / (cnt * d), _chi2_two_sided(q, cnt * d),
-                    {"count": cnt, "dof": cnt * d}))
+        raw.append((f"innovation{label}[{key}] chi2 of |xi|^2", "innovation chi2 of |xi|^2", key, q / (cnt * d),
+                    _chi2_two_sided(q, cnt * d), {"count": cnt, "dof": cnt * d}))
         for nm, u in (("state-direction", uy), ("velocity-direction", uv)):
             proj = (x * u[m]).sum(1).numpy()
             z = float(proj.sum() / np.sqrt(cnt))
-            raw.append((f"innovation{label}[{key}] {nm} mean z", z, _z_two_sided(z), {"count": cnt}))
+            raw.append((f"innovation{label}[{key}] {nm} mean z", f"innovation {nm} mean z", key, z, _z_two_sided(z),
+                        {"count": cnt}))
             s, p = _ks(proj)
-            raw.append((f"innovation{label}[{key}] {nm} KS", s, p, {"count": cnt}))
-    level = alpha / len(raw)
-    return [CheckResult(n, float(s), float(p), level, bool(p >= level), det) for n, s, p, det in raw]
+            raw.append((f"innovation{label}[{key}] {nm} KS", f"innovation {nm} KS", key, s, p, {"count": cnt}))
+    return _results(raw, alpha / len(raw), _cell(label))
 
 
 def gaussian_chain_checks(result: SamplerResult, target: GaussianData, schedule: Schedule, *,
@@ -134,17 +147,19 @@ def gaussian_chain_checks(result: SamplerResult, target: GaussianData, schedule:
     for n in range(1, N1):
         Z = (Y[:, n] - law.mean[n]) / np.sqrt(law.var[n])
         s, p = _ks(Z.reshape(-1))
-        raw.append((f"chain-law{label} step {n} KS", s, p, {}))
+        raw.append((f"chain-law{label} step {n} KS", f"chain-law step {n} KS", "", s, p, {"count": int(Z.size)}))
         q = float((Z**2).sum())
-        raw.append((f"chain-law{label} step {n} chi2", q / Z.size, _chi2_two_sided(q, Z.size), {}))
+        raw.append((f"chain-law{label} step {n} chi2", f"chain-law step {n} chi2", "", q / Z.size,
+                    _chi2_two_sided(q, Z.size), {"count": int(Z.size)}))
     sto = np.nonzero(schedule.sigma > 0)[0]
     E = np.stack([(Y[:, n + 1] - law.gain[n] * Y[:, n] - law.offset[n]) / schedule.sigma[n] for n in sto], 1)
     z = float(E.sum() / np.sqrt(E.size))
-    raw.append((f"chain-law{label} transitions mean z", z, _z_two_sided(z), {"count": int(E.size)}))
+    raw.append((f"chain-law{label} transitions mean z", "chain-law transitions mean z", "", z, _z_two_sided(z),
+                {"count": int(E.size)}))
     q = float((E**2).sum())
-    raw.append((f"chain-law{label} transitions chi2", q / E.size, _chi2_two_sided(q, E.size), {}))
-    level = alpha / len(raw)
-    return [CheckResult(n, float(s), float(p), level, bool(p >= level), det) for n, s, p, det in raw]
+    raw.append((f"chain-law{label} transitions chi2", "chain-law transitions chi2", "", q / E.size,
+                _chi2_two_sided(q, E.size), {"count": int(E.size)}))
+    return _results(raw, alpha / len(raw), _cell(label))
 
 
 def default_schedule(N: int = 12, eps: float = 0.5) -> Schedule:
@@ -159,9 +174,9 @@ def small_mixture(d: int = 6, seed: int = 7) -> GaussianMixture:
     return GaussianMixture(means, stds, seed=seed, name="gmm-small")
 
 
-def run_trajectory_checks(verifier, *, n_traj: int = 300, seed: int = 0, alpha: float = 1e-3,
+def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, alpha: float = 1e-3,
                           sampler_factory: Optional[Callable] = None, lazy: bool = True,
-                          K: int = 2, L: int = 3, d: int = 6) -> list[CheckResult]:
+                          K: int = 2, L: int = 3, d: int = 6, device: str | torch.device = "cpu") -> list[CheckResult]:
     """The trajectory layer of the exactness battery for one verifier.
 
     Runs the speculative sampler (``sampler_factory(target, schedule, tree, verifier, **protocol)``,
@@ -172,6 +187,8 @@ def run_trajectory_checks(verifier, *, n_traj: int = 300, seed: int = 0, alpha: 
     law, (ii) a 3-component mixture in d dims -> innovation test. Each of the three families
     gets alpha / 3, so the probability that an exact sampler fails any check is <= alpha.
     Returns all CheckResult records (``all(r.passed for r in ...)`` is the verdict).
+    ``device``: where the sampler runs (it follows x0 and the generator); the recorded states
+    come back to the host for the tests.
     """
     if n_traj < 20:
         raise ValueError(f"n_traj must be >= 20, got {n_traj}")
@@ -183,13 +200,16 @@ def run_trajectory_checks(verifier, *, n_traj: int = 300, seed: int = 0, alpha: 
     factory = sampler_factory or SpeculativeSampler
     sched = default_schedule()
     out: list[CheckResult] = []
-    g = torch.Generator().manual_seed(seed)
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(seed)
     gauss = GaussianData(np.linspace(-1.0, 1.0, d), 0.5)
     mix = small_mixture(d)
     for name, target in (("gaussian", gauss), ("mixture", mix)):
         sp = factory(target, sched, tree, ver, freeze="velocity", prefetch="nearest", leaves=False, lazy=lazy)
-        x0 = torch.randn(n_traj, d, generator=g, dtype=torch.float64)
+        x0 = torch.randn(n_traj, d, generator=g, dtype=torch.float64, device=dev)
         res = sp.run(x0, g, record_states=True)
+        if dev.type != "cpu":
+            res.states, res.commit_depth = res.states.cpu(), res.commit_depth.cpu()
         tag = f"({name}, {verifier_name(ver)}, {tree.name})"
         out += innovation_checks(res, target, sched, alpha=alpha / 3, label=tag)
         if name == "gaussian":

@@ -1,4 +1,4 @@
-"""The verifier contract (SPEC section 4) and the input checks every kernel shares.
+"""The verifier contract (``docs/contract.md``) and the input and output checks every kernel shares.
 
 A verifier is any object with ``name: str`` and
 
@@ -13,7 +13,7 @@ as P = Q there) and checks the kernel's output shapes.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -21,13 +21,13 @@ import torch
 Tensor = torch.Tensor
 VerifyResult = tuple[Tensor, Tensor, Tensor]
 
-# Largest displacement the built-in kernels are validated for (SPEC section 1: delta in [0, 40]).
+# Largest displacement the built-in kernels are validated for (delta in [0, 40], docs/contract.md).
 DELTA_MAX = 40.0
 
 
 @runtime_checkable
 class Verifier(Protocol):
-    """Structural type of a verifier (SPEC section 4)."""
+    """Structural type of a verifier (``docs/contract.md``)."""
 
     name: str
 
@@ -43,7 +43,7 @@ def _float_tensor(x, name: str, device=None) -> Tensor:
     return x
 
 
-def check_verify_inputs(delta, s) -> tuple[Tensor, Tensor]:
+def check_verify_inputs(delta: Any, s: Any) -> tuple[Tensor, Tensor]:
     """Validate ``(delta, s)`` for a scalar kernel; return them as float64 tensors on s's device.
 
     ``s``: floating tensor [B, K] with K >= 1, finite.  ``delta``: [B] (or a scalar, broadcast),
@@ -75,28 +75,66 @@ def check_verify_inputs(delta, s) -> tuple[Tensor, Tensor]:
     return delta, s64
 
 
-def check_K(K) -> int:
+def check_K(K: Any) -> int:
     """Return K as an int >= 1 or raise ValueError."""
     if isinstance(K, bool) or int(K) != K or int(K) < 1:
         raise ValueError(f"K must be an integer >= 1, got K={K!r}")
     return int(K)
 
 
-def check_verify_outputs(result, B: int, K: int, name: str) -> VerifyResult:
-    """Check a kernel's output shapes and dtypes (used by verify_states and the registry tests)."""
+#: index dtypes a verifier may return (normalised to int64 by :func:`normalize_verify_outputs`)
+INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def output_problems(result: Any, B: int, K: int, input_dtype: torch.dtype = torch.float64,
+                    device: torch.device | None = None) -> list[str]:
+    """The ONE output rule (used by :func:`check_verify_outputs` and the battery's contract layer).
+
+    ``verify`` returns a tuple ``(s_out, accepted, index)`` of tensors of shape [B] on the
+    inputs' device with: ``s_out`` floating-point, at least as precise as the input ``s``
+    (``input_dtype``; it is compared with ``s`` after a cast to that dtype); ``accepted``
+    torch.bool; ``index`` torch.int64 or torch.int32. Returns the violations (empty: OK).
+    Values (index range, accepted => s_out == s[index], finiteness) are checked elsewhere.
+    """
     try:
         s_out, accepted, index = result
     except (TypeError, ValueError):
-        raise ValueError(f"verifier {name!r} must return (s_out, accepted, index), got {type(result).__name__}")
-    for label, t, shape in (("s_out", s_out, (B,)), ("accepted", accepted, (B,)), ("index", index, (B,))):
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"verifier {name!r}: {label} must be a tensor of shape {shape}, got {got}")
+        return [f"verify must return a tuple (s_out, accepted, index), got {type(result).__name__}"]
+    problems = []
+    for label, t in (("s_out", s_out), ("accepted", accepted), ("index", index)):
+        if not isinstance(t, torch.Tensor):
+            problems.append(f"{label} is {type(t).__name__}, not a torch.Tensor")
+        elif tuple(t.shape) != (B,):
+            problems.append(f"{label} has shape {tuple(t.shape)}, expected ({B},)")
+        elif device is not None and t.device != torch.device(device):
+            problems.append(f"{label} is on {t.device}, the inputs on {device}")
+    if problems:
+        return problems
+    if not torch.is_floating_point(s_out):
+        problems.append(f"s_out dtype {s_out.dtype} is not floating-point")
+    elif torch.finfo(s_out.dtype).bits < torch.finfo(input_dtype).bits:
+        problems.append(f"s_out dtype {s_out.dtype} is less precise than the input s ({input_dtype})")
     if accepted.dtype != torch.bool:
-        raise ValueError(f"verifier {name!r}: accepted must be a bool tensor, got {accepted.dtype}")
-    if index.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"verifier {name!r}: index must be an integer tensor, got {index.dtype}")
-    return s_out, accepted, index.long()
+        problems.append(f"accepted dtype {accepted.dtype} (expected torch.bool)")
+    if index.dtype not in INDEX_DTYPES:
+        problems.append(f"index dtype {index.dtype} (expected torch.int64 or torch.int32)")
+    return problems
+
+
+def normalize_verify_outputs(result: Any, input_dtype: torch.dtype) -> VerifyResult:
+    """(s_out in ``input_dtype``, accepted, index as int64) of an output that passed :func:`output_problems`."""
+    s_out, accepted, index = result
+    return s_out.to(input_dtype), accepted, index.to(torch.long)
+
+
+def check_verify_outputs(result: Any, B: int, K: int, name: str,
+                         input_dtype: torch.dtype = torch.float64) -> VerifyResult:
+    """Check a kernel's output by :func:`output_problems` (ValueError naming the verifier) and
+    return it normalised (s_out in ``input_dtype``, index int64)."""
+    problems = output_problems(result, B, K, input_dtype)
+    if problems:
+        raise ValueError(f"verifier {name!r}: " + "; ".join(problems))
+    return normalize_verify_outputs(result, input_dtype)
 
 
 class ScalarVerifier:
@@ -112,14 +150,14 @@ class ScalarVerifier:
     def supports_K(self, K: int) -> bool:
         return K >= 1
 
-    def acceptance(self, delta, K: int) -> np.ndarray:  # pragma: no cover - overridden
+    def acceptance(self, delta: Any, K: int) -> np.ndarray:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def _kernel(self, delta: Tensor, s: Tensor, generator: torch.Generator | None) -> VerifyResult:
         raise NotImplementedError
 
-    def verify(self, delta, s, generator: torch.Generator | None = None) -> VerifyResult:
-        """Scalar verification (SPEC section 4); see the module docstring for the contract."""
+    def verify(self, delta: Any, s: Any, generator: torch.Generator | None = None) -> VerifyResult:
+        """Scalar verification; see the module docstring and ``docs/contract.md`` for the contract."""
         in_dtype = s.dtype if isinstance(s, torch.Tensor) and torch.is_floating_point(s) else torch.float64
         delta, s64 = check_verify_inputs(delta, s)
         B, K = s64.shape
@@ -140,12 +178,12 @@ class ScalarVerifier:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def uniform(shape, like: Tensor, generator: torch.Generator | None) -> Tensor:
+def uniform(shape: Any, like: Tensor, generator: torch.Generator | None) -> Tensor:
     """U(0, 1) float64 samples of ``shape`` on ``like``'s device, from ``generator``."""
     return torch.rand(shape, generator=generator, dtype=torch.float64, device=like.device)
 
 
-def positive_uniform(shape, like: Tensor, generator: torch.Generator | None) -> Tensor:
+def positive_uniform(shape: Any, like: Tensor, generator: torch.Generator | None) -> Tensor:
     """U(0, 1] samples (1 - rand): never 0, so their logarithm is finite."""
     return 1.0 - uniform(shape, like, generator)
 
@@ -166,7 +204,8 @@ def group_deltas(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return u, inv
 
 
-def couple_selected(sel: Tensor, index: Tensor, h: Tensor, K: int, generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def couple_selected(sel: Tensor, index: Tensor, h: Tensor, K: int,
+                    generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Maximal coupling of a selected draft with the target: accept w.p. min(1, exp(h)),
     h = log q(sel) - log p(sel) (log space, so no overflow at large delta).
 

@@ -6,14 +6,22 @@ An installed package adds a rule by declaring, in its pyproject.toml,
     myrule = "mypkg.rules:MyRule"
 
 The attribute may be a verifier instance, a class (instantiated with no arguments) or a
-factory function returning a verifier. A verifier is any object with ``verify`` (SPEC
-section 4); ``name`` is taken from the object, else from how it was requested.
+factory function returning a verifier. A verifier is any object with ``verify``
+(``docs/contract.md``); ``name`` is taken from the object, else from how it was requested.
+A ``module:attr`` path whose module is not importable is also looked up in the current
+directory (no PYTHONPATH needed for a ``rule.py`` next to you). Every failure raises
+:class:`speccheck.errors.LoadError` (a ValueError) naming the spec and the reason.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib import metadata
+from typing import Any
+
+from speccheck.errors import LoadError
 
 ENTRY_POINT_GROUP = "speccheck.verifiers"
 
@@ -21,9 +29,12 @@ ENTRY_POINT_GROUP = "speccheck.verifiers"
 BUILTIN: dict[str, tuple[str, str]] = {
     "rmc": ("speccheck.verifiers.rmc:RMC", "reflection maximal coupling (K = 1 only)"),
     "dgrs": ("speccheck.verifiers.dgrs:DGRS", "greedy rejection sampling in drafting order (D-GRS)"),
-    "rass": ("speccheck.verifiers.rass:RASS", "rank-aware selection, optimal rank weights, rejection-sampled residual"),
-    "rass-icdf": ("speccheck.verifiers.rass:RASSInverseCDF", "rank-aware selection, optimal rank weights, inverse-CDF residual"),
-    "mcrs": ("speccheck.verifiers.mcrs:MCRS", "max-conditioned rank selection (policy in the largest draft), rejection-sampled residual"),
+    "rass": ("speccheck.verifiers.rass:RASS",
+             "rank-aware selection, optimal rank weights, rejection-sampled residual"),
+    "rass-icdf": ("speccheck.verifiers.rass:RASSInverseCDF",
+                  "rank-aware selection, optimal rank weights, inverse-CDF residual"),
+    "mcrs": ("speccheck.verifiers.mcrs:MCRS",
+             "max-conditioned rank selection (policy in the largest draft), rejection-sampled residual"),
 }
 
 
@@ -32,20 +43,38 @@ def _entry_points() -> dict[str, metadata.EntryPoint]:
     return {ep.name: ep for ep in eps}
 
 
+def _import_here(mod_name: str):  # noqa: ANN202 - a module
+    """Import ``mod_name``; if its top-level package is not found, also look in the current
+    directory (appended to sys.path, so it never shadows an installed module)."""
+    try:
+        return importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        top = mod_name.split(".")[0]
+        cwd = os.getcwd()
+        if exc.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
+        return importlib.import_module(mod_name)
+
+
 def _resolve_path(path: str):
-    """Import ``package.module:attr`` (attr may be dotted). ValueError with the reason otherwise."""
+    """Import ``package.module:attr`` (attr may be dotted). LoadError with the reason otherwise."""
     mod_name, _, attr = path.partition(":")
     if not mod_name or not attr:
-        raise ValueError(f"verifier path must look like 'package.module:attr', got {path!r}")
+        raise LoadError(f"verifier path must look like 'package.module:attr', got {path!r}")
     try:
-        obj = importlib.import_module(mod_name)
+        obj = _import_here(mod_name)
     except ImportError as exc:
-        raise ValueError(f"cannot import module {mod_name!r} for verifier {path!r}: {exc}") from exc
+        raise LoadError(f"cannot import module {mod_name!r} for verifier {path!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module raised while importing
+        raise LoadError(f"importing module {mod_name!r} for verifier {path!r} raised "
+                        f"{type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"module {mod_name!r} has no attribute {attr!r} (verifier {path!r})") from None
+            raise LoadError(f"module {mod_name!r} has no attribute {attr!r} (verifier {path!r})") from None
     return obj
 
 
@@ -55,11 +84,11 @@ def _instantiate(obj, label: str):
         try:
             obj = obj()
         except TypeError as exc:
-            raise ValueError(f"verifier class {label!r} must be constructible with no arguments: {exc}") from exc
+            raise LoadError(f"verifier class {label!r} must be constructible with no arguments: {exc}") from exc
     elif not hasattr(obj, "verify") and callable(obj):
         obj = obj()
     if not callable(getattr(obj, "verify", None)):
-        raise ValueError(f"{label!r} resolved to {type(obj).__name__} object without a callable 'verify' method")
+        raise LoadError(f"{label!r} resolved to {type(obj).__name__} object without a callable 'verify' method")
     if not isinstance(getattr(obj, "name", None), str):
         try:
             obj.name = label
@@ -68,15 +97,15 @@ def _instantiate(obj, label: str):
     return obj
 
 
-def get(spec, **kwargs):
+def get(spec: Any, **kwargs: Any) -> Any:
     """A verifier from a name ("rmc", "dgrs", "rass", "rass-icdf", an entry-point name), a
     "package.module:attr" path, or an object that already has ``verify`` (returned as is).
-    ``kwargs`` go to the constructor of a built-in class. Raises ValueError when unresolvable.
+    ``kwargs`` go to the constructor of a built-in class. Raises LoadError (a ValueError) when unresolvable.
     """
     if not isinstance(spec, str):
         if callable(getattr(spec, "verify", None)):
             return spec
-        raise ValueError(f"verifier must be a name, a 'module:attr' path or an object with verify(); got {spec!r}")
+        raise LoadError(f"verifier must be a name, a 'module:attr' path or an object with verify(); got {spec!r}")
     if spec in BUILTIN:
         cls = _resolve_path(BUILTIN[spec][0])
         return _instantiate(cls(**kwargs) if kwargs else cls, spec)
@@ -87,10 +116,10 @@ def get(spec, **kwargs):
         try:
             obj = eps[spec].load()
         except Exception as exc:  # a broken plug-in must not look like an unknown name
-            raise ValueError(f"entry point {spec!r} ({eps[spec].value}) failed to load: {exc}") from exc
+            raise LoadError(f"entry point {spec!r} ({eps[spec].value}) failed to load: {exc}") from exc
         return _instantiate(obj, spec)
     names = sorted(set(BUILTIN) | set(eps))
-    raise ValueError(f"unknown verifier {spec!r}; available: {', '.join(names)} (or 'package.module:attr')")
+    raise LoadError(f"unknown verifier {spec!r}; available: {', '.join(names)} (or 'package.module:attr')")
 
 
 def _describe(obj) -> str:

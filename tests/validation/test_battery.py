@@ -104,8 +104,10 @@ def test_unsupported_K_is_skipped_with_a_note(tiny):
     assert all("K=2" not in r.cell for r in rep.results)
 
 
-def test_bad_options_raise_value_error(tiny):
-    with pytest.raises(ValueError, match="device"):
+def test_bad_options_raise_speccheck_errors(tiny):
+    from speccheck.errors import DeviceError
+
+    with pytest.raises(DeviceError, match="device"):
         run_battery(ReferenceRMC(), tiny(Ks=(1,)), device="tpu")
     with pytest.raises(ValueError, match="unknown verifier"):
         run_battery("no-such-rule", tiny(Ks=(1,)))
@@ -133,10 +135,15 @@ def test_trajectory_layer_runs_and_kills_a_sampler_mutant():
     l4 = [r for r in rep.results if r.layer == "L4" and r.kind == "stat"]
     assert l4 and rep.passed, format_report(rep, only_failures=True)
     assert rep.per_test_alpha == pytest.approx(1e-3 / len(l4))
+    from speccheck.validation.results import TestResult
+
+    assert all(isinstance(r, TestResult) and r.cell.startswith("traj:") for r in l4)  # one result type
+    assert {r.cell.split("[")[0] for r in l4} == {"traj:gaussian", "traj:mixture"}
     sampler = [n for n in mutant_factories() if n.startswith("sampler-")]
     if not sampler:
         pytest.skip("no SAMPLER_MUTANTS")
-    reps = run_mutants(_traj_suite(300), names=["sampler-extra-commit"] if "sampler-extra-commit" in sampler else sampler[:1])
+    names = ["sampler-extra-commit"] if "sampler-extra-commit" in sampler else sampler[:1]
+    reps = run_mutants(_traj_suite(300), names=names)
     assert all(not r.passed for r in reps.values())
 
 

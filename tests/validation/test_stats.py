@@ -109,3 +109,39 @@ def test_clopper_pearson():
     assert lo == 0 and hi == pytest.approx(1 - 0.025 ** (1 / 200))
     lo, hi = clopper_pearson(10, 100)
     assert lo < 0.1 < hi
+
+
+def test_bernoulli_sum_test_is_valid_and_has_its_stated_power():
+    """Counts of unequal Bernoullis: under H0 the rejection rate is <= alpha (Chernoff bounds
+    are conservative); shifted by the stated MDD, rejections happen w.p. >= 0.99.
+    Thresholds: 2000 H0 runs at alpha = 0.05 reject <= 140 times unless the test is invalid
+    (P(Bin(2000, 0.05) > 140) < 1e-6); 200 runs at the MDD reject >= 190 times
+    (P(Bin(200, 0.99) < 190) < 1e-5)."""
+    from speccheck.validation.stats import bernoulli_sum_test
+
+    rng = np.random.default_rng(12)
+    probs = rng.uniform(0.0, 1.0, 400)
+    counts = np.full(probs.size, 5)
+    draws = rng.binomial(5, probs, size=(2000, probs.size)).sum(axis=1)
+    first = bernoulli_sum_test(int(draws[0]), probs, 0.05, counts=counts)
+    lo, hi = first.extra["rejected_outside"]
+    assert first.passed == (lo < draws[0] < hi)
+    assert not bernoulli_sum_test(int(hi), probs, 0.05, counts=counts).passed
+    assert np.sum((draws <= lo) | (draws >= hi)) <= 140
+    assert 0 < first.mdd < 0.1
+    shifted = np.clip(probs + first.mdd, 0, 1)
+    alt = rng.binomial(5, shifted, size=(200, probs.size)).sum(axis=1)
+    assert np.sum(alt >= hi) >= 190
+
+
+def test_bernoulli_sum_test_edge_cases():
+    from speccheck.validation.stats import bernoulli_sum_test
+
+    na = bernoulli_sum_test(10, np.ones(10), 1e-3, one_sided_upper=True)
+    assert na.kind == "n/a" and na.passed
+    sure = bernoulli_sum_test(9, np.ones(10), 1e-3)
+    assert not sure.passed and sure.p_value == 0.0
+    up = bernoulli_sum_test(60, np.full(100, 0.2), 1e-3, one_sided_upper=True)
+    assert not up.passed and up.p_value < 1e-6
+    low = bernoulli_sum_test(0, np.full(100, 0.2), 1e-3, one_sided_upper=True)
+    assert low.passed  # one-sided: a low count is no evidence against the bound

@@ -68,7 +68,8 @@ def test_module_attr_loads_and_runs(third_party, attr):
     assert_normal(s_out, 0.8, label="third-party rule")  # false-failure rate 1e-6
     mu_p = torch.zeros(8, 5, dtype=torch.float64)
     mu_q = mu_p + 0.1
-    y, acc, idx = verify_states(v, mu_p, mu_q, 1.0, mu_p[:, None] + torch.randn(8, 3, 5, generator=g, dtype=torch.float64), g)
+    children = mu_p[:, None] + torch.randn(8, 3, 5, generator=g, dtype=torch.float64)
+    y, acc, idx = verify_states(v, mu_p, mu_q, 1.0, children, g)
     assert y.shape == (8, 5)
 
 
@@ -116,3 +117,20 @@ def test_entry_point(third_party, monkeypatch, capsys):
 def test_real_entry_point_group_is_queried():
     eps = registry._entry_points()
     assert isinstance(eps, dict)
+
+
+def test_module_in_the_current_directory_loads_without_pythonpath(tmp_path, monkeypatch):
+    import sys
+
+    from speccheck.errors import LoadError
+
+    (tmp_path / "sc_cwd_rule.py").write_text(THIRD_PARTY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "sc_cwd_rule", raising=False)
+    v = get("sc_cwd_rule:FirstChildRMC")
+    assert v.name == "first-child-rmc"
+    with pytest.raises(LoadError, match="cannot import module 'sc_no_such_module'"):
+        get("sc_no_such_module:Rule")
+    with pytest.raises(LoadError, match="no attribute"):
+        get("sc_cwd_rule:Missing")

@@ -1,0 +1,204 @@
+"""Result types of the exactness battery: one :class:`TestResult` per test, a
+:class:`Localisation` per confirmed failure region, and the :class:`BatteryReport` of a run.
+
+Kept apart from the battery and the report formatters so neither imports the other; every
+type round-trips exactly through JSON (``to_dict`` / ``from_dict``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: layer id -> what it tests (the report and ``layers=`` use both spellings)
+LAYERS: dict[str, str] = {
+    "L0": "contract",
+    "L1": "scalar",
+    "L2": "acceptance",
+    "L3": "wrapper",
+    "L4": "trajectory",
+    "L5": "continuous",
+}
+
+#: kinds of test: a statistical test in the Holm family, a deterministic contract check, and a
+#: test that cannot fail at its cell (e.g. the list bound is 1), reported as n/a
+KINDS = ("stat", "contract", "n/a")
+
+_FLOATS = ("statistic", "threshold", "p_value", "mdd")
+
+
+def _float_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _float_from(value: Any, default: float = math.nan) -> float:
+    return default if value is None else float(value)
+
+
+@dataclass
+class TestResult:
+    """One test in one cell of the battery.
+
+    ``kind``: "stat" (a statistical test, part of the Holm family), "contract" (deterministic:
+    false-failure rate 0) or "n/a" (cannot fail at this cell; not in the family). ``passed``
+    is the final verdict (after Holm for "stat" tests); ``p_value`` is the raw p-value.
+    ``mdd``: the minimum detectable deviation, in the statistic's own units, at the suite's
+    power. Non-finite floats serialise as ``None`` (inf is kept as the string "inf").
+    """
+
+    __test__ = False  # not a pytest class
+
+    cell: str
+    test: str
+    statistic: float
+    threshold: float
+    p_value: float
+    mdd: float
+    n: int
+    kind: str = "stat"
+    passed: bool = True
+    note: str = ""
+    layer: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """JSON-ready dict (non-finite floats: None, or "inf"/"-inf" so they round-trip)."""
+        d = asdict(self)
+        for key in _FLOATS:
+            v = d[key]
+            if v is not None and isinstance(v, float) and math.isinf(v):
+                d[key] = "inf" if v > 0 else "-inf"
+            else:
+                d[key] = _float_or_none(v)
+        return d
+
+    to_dict = as_dict
+
+    @property
+    def name(self) -> str:
+        """A one-string name: the trajectory checks' own, else "cell test"."""
+        return str(self.extra.get("name") or f"{self.cell} {self.test}")
+
+    @property
+    def level(self) -> float:
+        """The level on the p-value of a p-value test (the trajectory checks): its threshold."""
+        return self.threshold
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TestResult:
+        """Inverse of :meth:`as_dict`."""
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for key in _FLOATS:
+            v = kw.get(key)
+            kw[key] = float(v) if isinstance(v, str) else _float_from(v)
+        kw["n"] = int(kw.get("n", 0))
+        kw["extra"] = dict(kw.get("extra") or {})
+        return cls(**kw)
+
+
+@dataclass
+class Localisation:
+    """Where a failure lives: a delta window and K, the effect there, confirmed on fresh draws.
+
+    ``confirmed``: the confirmation tests (fresh draws inside the window, their own error
+    budget ``alpha``) rejected exactness there. ``acceptance`` / ``declared``: observed and
+    declared (or bounded, ``declared_kind`` = "bound") acceptance over the window's rows;
+    ``pit_distance``: the KS distance of u = Phi(s_out - delta) from U(0, 1).
+    """
+
+    delta_lo: float
+    delta_hi: float
+    K: int
+    confirmed: bool
+    n: int
+    p_value: float
+    alpha: float
+    acceptance: float
+    declared: float
+    declared_kind: str
+    pit_distance: float
+    source: str = ""
+
+    def describe(self) -> str:
+        """One line: "delta in [0.01, 0.1), K = 2: acceptance 1.000 vs declared 0.984; ..."."""
+        if self.delta_lo == self.delta_hi:
+            where = f"delta = {self.delta_lo:.4g}"
+        else:
+            where = f"delta in [{self.delta_lo:.4g}, {self.delta_hi:.4g})"
+        verdict = "confirmed" if self.confirmed else "NOT confirmed"
+        if not math.isfinite(self.acceptance):  # the fresh draws broke the contract: no law to measure
+            return f"{where}, K = {self.K}: the contract is violated there ({verdict} on {self.n} fresh draws)"
+        acc = f"acceptance {self.acceptance:.3f} vs {self.declared_kind} {self.declared:.3f}" \
+            if math.isfinite(self.declared) else f"acceptance {self.acceptance:.3f}"
+        how = " in mixed-delta batches" if "mixed-delta" in self.source else ""
+        return (f"{where}, K = {self.K}: {acc}; PIT KS distance {self.pit_distance:.3f} "
+                f"({verdict} on {self.n} fresh draws{how}, p = {self.p_value:.2g} at alpha {self.alpha:.2g})")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[key] = None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Localisation:
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for key in ("delta_lo", "delta_hi", "p_value", "alpha", "acceptance", "declared", "pit_distance"):
+            kw[key] = _float_from(kw.get(key))
+        return cls(**kw)
+
+
+@dataclass
+class BatteryReport:
+    """Everything a run produced; ``passed`` iff no test failed."""
+
+    verifier: str
+    suite: str
+    seed: int
+    family_alpha: float
+    per_test_alpha: float
+    device: str
+    results: list[TestResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0  # process CPU time (all threads) spent in the run
+    power: float = 0.99
+    scale: float = 1.0
+    layers: list[str] = field(default_factory=list)
+    localisations: list[Localisation] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> list[TestResult]:
+        return [r for r in self.results if not r.passed]
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable; :meth:`from_dict` rebuilds an equal report."""
+        return {
+            "verifier": self.verifier, "suite": self.suite, "seed": self.seed, "device": self.device,
+            "family_alpha": self.family_alpha, "per_test_alpha": self.per_test_alpha, "passed": self.passed,
+            "power": self.power, "scale": self.scale, "layers": list(self.layers),
+            "wall_s": self.wall_s, "cpu_s": self.cpu_s, "notes": list(self.notes),
+            "results": [r.as_dict() for r in self.results],
+            "localisations": [loc.to_dict() for loc in self.localisations],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BatteryReport:
+        """Inverse of :meth:`to_dict` (also reads reports written before ``power``/``layers``)."""
+        return cls(
+            verifier=d["verifier"], suite=d["suite"], seed=int(d["seed"]), family_alpha=float(d["family_alpha"]),
+            per_test_alpha=float(d["per_test_alpha"]), device=d["device"],
+            results=[TestResult.from_dict(r) for r in d.get("results", [])],
+            notes=list(d.get("notes", [])), wall_s=float(d.get("wall_s", 0.0)), cpu_s=float(d.get("cpu_s", 0.0)),
+            power=float(d.get("power", 0.99)), scale=float(d.get("scale", 1.0)), layers=list(d.get("layers", [])),
+            localisations=[Localisation.from_dict(x) for x in d.get("localisations", [])],
+        )
