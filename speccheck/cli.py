@@ -10,7 +10,6 @@ naming the option or file. Code the user supplies (verifiers) runs in a child pr
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
@@ -338,13 +337,6 @@ def _cmd_speedup(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- battery
-_BATTERY_OPTIONAL = {  # CLI option -> run_battery keyword (present in newer battery libraries)
-    "layers": ("--layers", "layers"),
-    "K": ("--K", "Ks"),
-    "scale": ("--scale", "scale"),
-}
-
-
 def _add_battery(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("battery", help="exactness test battery: prove a verifier exact or catch it (exit 0/1/2)")
     p.add_argument("--verifier", help="name (rmc, dgrs, rass, rass-icdf, ...) or package.module:attr")
@@ -366,33 +358,25 @@ def _add_battery(sub: argparse._SubParsersAction) -> None:
 
 
 def _battery_extra(args: argparse.Namespace) -> dict:
-    """Optional battery options, checked against what ``run_battery`` accepts."""
-    from speccheck.validation.battery import run_battery
+    """The battery's optional selections (--layers, --K, --scale), checked up front."""
+    from speccheck.validation.battery import resolve_layers
 
-    accepted = inspect.signature(run_battery).parameters
-    extra = {}
-    for attr, (option, keyword) in _BATTERY_OPTIONAL.items():
-        value = getattr(args, attr)
-        if value is None:
-            continue
-        if keyword not in accepted:
-            raise UsageError(f"{option} is not supported by the installed battery (speccheck.validation.battery)")
-        extra[keyword] = value
+    extra: dict = {}
     if args.K is not None:
         _check_values(args.K, "--K")
         for K in args.K:
             _check_int(K, "--K", 1, MAX_K)
+        extra["Ks"] = args.K
     if args.scale is not None:
         _check_float(args.scale, "--scale", 0.0, 100.0, low_open=True)
+        extra["scale"] = args.scale
     if args.layers is not None:
-        from speccheck.validation import battery
-
         _check_values(args.layers, "--layers")
-        if hasattr(battery, "resolve_layers"):
-            try:
-                battery.resolve_layers(args.layers)
-            except ValueError as exc:
-                raise UsageError(f"--layers: {exc}") from None
+        try:
+            resolve_layers(args.layers)
+        except ValueError as exc:
+            raise UsageError(f"--layers: {exc}") from None
+        extra["layers"] = args.layers
     return extra
 
 
@@ -401,40 +385,28 @@ def _job_battery(heartbeat: Callable[[str], None], *, verifier: Optional[str], s
                  extra: dict) -> dict:
     """Child side of ``speccheck battery``: returns report dicts only (no objects cross back)."""
     from speccheck.validation import battery
+    from speccheck.validation import mutants as mutant_module
     from speccheck.validation.report import report_dict
 
-    kwargs = dict(extra)
-    if "heartbeat" in inspect.signature(battery.run_battery).parameters:
-        kwargs["heartbeat"] = heartbeat
     if mutants:
-        if "heartbeat" in inspect.signature(battery.run_mutants).parameters:
-            reports = battery.run_mutants(suite, names=names, device=device, seed=seed, progress=progress,
-                                          heartbeat=heartbeat)
-        else:
-            reports = battery.run_mutants(suite, names=names, device=device, seed=seed, progress=progress)
+        reports = mutant_module.run_mutants(suite, names=names, device=device, seed=seed, progress=progress,
+                                            heartbeat=heartbeat, **extra)
         return {"mutants": {name: report_dict(rep) for name, rep in reports.items()}}
-    if "heartbeat" not in kwargs:  # an older battery: the whole run is one unit
-        heartbeat(f"the whole battery of {verifier!r} (this battery version reports no cells)")
-    rep = battery.run_battery(verifier, suite, device=device, seed=seed, progress=progress, **kwargs)
+    rep = battery.run_battery(verifier, suite, device=device, seed=seed, progress=progress, heartbeat=heartbeat,
+                              **extra)
     return {"report": report_dict(rep)}
 
 
-_FLOAT_FIELDS = ("statistic", "threshold", "p_value", "mdd")
 
 
 def _rebuild_report(data: Any, what: str) -> Any:
-    """A BatteryReport from the child's JSON (non-finite floats may arrive as None or "inf")."""
-    from speccheck.validation.report import report_from_dict
+    """A BatteryReport from the child's JSON; anything malformed is no verdict (exit 2)."""
+    from speccheck.validation.results import BatteryReport
 
     try:
-        for row in data["results"]:
-            for key in _FLOAT_FIELDS:
-                if isinstance(row.get(key), str):
-                    row[key] = float(row[key])
-        rep = report_from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
+        return BatteryReport.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise errors.IsolatedCodeError(f"{what}: the battery returned a malformed report ({exc}); no verdict") from None
-    return rep
 
 
 def _raise_if_resource_failure(rep: Any, what: str) -> None:
@@ -495,10 +467,7 @@ def _cmd_battery(args: argparse.Namespace) -> int:
     if n_tests == 0 or (n_stat == 0 and rep.passed):
         raise InputError(f"suite {args.suite!r} ran {n_tests} tests ({n_stat} statistical) on {args.verifier!r}: "
                          "no verdict from no evidence; select a suite, layers or K with statistical tests")
-    if "verbose" in inspect.signature(format_report).parameters:
-        print(format_report(rep, verbose=args.verbose, only_failures=args.failures_only))
-    else:
-        print(format_report(rep, only_failures=args.failures_only))
+    print(format_report(rep, verbose=args.verbose, only_failures=args.failures_only))
     if args.json:
         _write_text(args.json, json.dumps(report_dict(rep), indent=2), "--json")
     if args.junit:

@@ -108,6 +108,16 @@ def mcrs_policies(root: Path) -> list[Path]:
     return [path]
 
 
+RASS_WEIGHT_KS = (*range(2, 17), 32, 64)
+"""Draft counts whose RASS weight tables ship: every K of the gate suite's layers."""
+
+
+def rass_weights(root: Path) -> list[Path]:
+    """The shipped RASS optimal rank weights at every delta-grid point, K = 2..16, 32, 64."""
+    path = root / "speccheck" / "data" / "rass_weights.npz"
+    return [resolve("speccheck.verifiers.rass:build_weight_data")(list(RASS_WEIGHT_KS), path)]
+
+
 # ---------------------------------------------------------------------------- figures
 def figures(root: Path) -> list[Path]:
     """Every figure (PNG, SVG, the CSV behind it) and the manifest, into figures/."""
@@ -336,6 +346,8 @@ REGISTRY: dict[str, Artefact] = dict([
            ("speccheck.theory.mcrs_tables:write_minmax_table",)),
     _entry("mcrs-policies", mcrs_policies, ("speccheck/data/mcrs_policies_G64.npz",), "~3 h",
            ("speccheck.verifiers.mcrs:build_policy_data",)),
+    _entry("rass-weights", rass_weights, ("speccheck/data/rass_weights.npz",), "~40 min",
+           ("speccheck.verifiers.rass:build_weight_data",)),
     _entry("figures", figures, ("figures/*.png", "figures/*.svg", "figures/*.csv", "figures/manifest.json"),
            "~20 min", ("speccheck.figures:render",)),
     _entry("protocol-sensitivity", protocol_sensitivity,

@@ -46,28 +46,20 @@ def _suite(cfg: FigureConfig):
 
 def per_test_alpha(suite: Any, verifier: str = "dgrs") -> float:
     """The binding per-test level family_alpha / m of ``suite`` for a built-in verifier
-    (m = the number of statistical tests the battery plans; Holm's smallest threshold)."""
+    (m = the number of statistical tests the battery plans before layer L4, whose count depends
+    on the draws; an upper bound on Holm's smallest threshold)."""
     from speccheck.validation import battery
 
-    v = battery.load_verifier(verifier)
-    try:  # the battery's own plan (private API: ask issue 4 for a public one)
-        traj = battery._trajectory_module() if suite.trajectory is not None else None
-        n_traj = int(traj.n_tests(v, suite.trajectory)) if traj is not None and hasattr(traj, "n_tests") else 0
-        m = battery._plan(v, suite, n_traj).n_stat
-    except (AttributeError, TypeError):  # fallback: scalar (ks, tails, bound, declared) + wrapper tests
-        m = 4 * len(suite.scalar.deltas) * len(suite.scalar.K) if suite.scalar is not None else 0
-        m += 4 * len(suite.wrapper.dims) if suite.wrapper is not None else 0
+    m = battery.planned_tests(verifier, suite)
     return suite.family_alpha / max(m, 1)
 
 
 def load_reports(path: str) -> dict:
     """{verifier: BatteryReport} from the JSON of ``speccheck battery --mutants --json PATH``
     ({name: report_dict}) or of a single report."""
-    import dataclasses
     import json
 
-    from speccheck.validation.battery import BatteryReport
-    from speccheck.validation.stats import TestResult
+    from speccheck.validation.results import BatteryReport
 
     try:
         with open(path) as f:
@@ -79,22 +71,14 @@ def load_reports(path: str) -> dict:
     if not isinstance(raw, dict) or not raw:
         raise FileFormatError(f"battery JSON {path!r} holds no reports (expected {{name: report}} from "
                               "`speccheck battery --mutants --json`)")
-    fields = {f.name for f in dataclasses.fields(TestResult)}
     out = {}
     for name, d in raw.items():
         if not isinstance(d, dict) or not isinstance(d.get("results"), list) or not d["results"]:
             raise FileFormatError(f"battery JSON {path!r}: report {name!r} has no test results")
-        res = []
         try:
-            for r in d["results"]:
-                kw = {k: (math.nan if v is None and k in ("statistic", "threshold", "p_value", "mdd") else v)
-                      for k, v in r.items() if k in fields}
-                res.append(TestResult(**kw))
-        except (TypeError, AttributeError) as exc:
-            raise FileFormatError(f"battery JSON {path!r}: report {name!r} has a malformed result ({exc})") from None
-        out[name] = BatteryReport(d.get("verifier", name), d.get("suite", "?"), d.get("seed", -1),
-                                  d.get("family_alpha", math.nan), d.get("per_test_alpha", math.nan),
-                                  d.get("device", "?"), res, list(d.get("notes", [])), d.get("wall_s", 0.0))
+            out[name] = BatteryReport.from_dict({"verifier": name, **d})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise FileFormatError(f"battery JSON {path!r}: report {name!r} is malformed ({exc})") from None
     return out
 
 

@@ -178,14 +178,14 @@ def _from_widths(widths: Sequence[int], name: str) -> DraftTree:
     return DraftTree(np.concatenate(parts), name=name)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=64, typed=True)  # typed: True must not hit the entry of 1
 def uniform_tree(K: int, L: int) -> DraftTree:
     """Every node of depth < L has K children: |I| = sum_{l<L} K^l, |V| = sum_{l<=L} K^l."""
     K, L = _check_count(K, "K"), _check_count(L, "L")
     return _from_widths([K] * L, f"uniform(K={K},L={L})")
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=64, typed=True)  # typed: True must not hit the entry of 1
 def chain(L: int) -> DraftTree:
     """A chain of L drafted states (K = 1)."""
     L = _check_count(L, "L")

@@ -136,11 +136,11 @@ def standard_sample(target: Any, schedule: Any, x0: torch.Tensor, cond: Optional
     x = x0.clone()
     R = x.shape[0]
     for n in range(schedule.N):
-        t = torch.full((R,), float(schedule.t[n]), dtype=x.dtype)
+        t = torch.full((R,), float(schedule.t[n]), dtype=x.dtype, device=x.device)
         v = target.velocity(x, t, cond)
         x = schedule.a[n] * x + schedule.c[n] * v
         if schedule.sigma[n] > 0:
-            x = x + schedule.sigma[n] * torch.randn(x.shape, generator=generator, dtype=x.dtype)
+            x = x + schedule.sigma[n] * torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
     return x
 
 

@@ -79,12 +79,12 @@ def innovations(states: torch.Tensor, target: Any, schedule: Schedule,
     Y1 = states[:, steps + 1]
     S = steps.size
     rows = Y.reshape(nb * S, *states.shape[2:])
-    t = torch.tensor(schedule.t[steps], dtype=states.dtype).repeat(nb)
+    t = torch.tensor(schedule.t[steps], dtype=states.dtype, device=states.device).repeat(nb)
     c_rows = None if cond is None else cond.repeat_interleave(S)
     v = target.velocity(rows, t, c_rows).reshape(Y.shape)
-    a = torch.tensor(schedule.a[steps], dtype=states.dtype)
-    c = torch.tensor(schedule.c[steps], dtype=states.dtype)
-    sig = torch.tensor(schedule.sigma[steps], dtype=states.dtype)
+    a = torch.tensor(schedule.a[steps], dtype=states.dtype, device=states.device)
+    c = torch.tensor(schedule.c[steps], dtype=states.dtype, device=states.device)
+    sig = torch.tensor(schedule.sigma[steps], dtype=states.dtype, device=states.device)
     sh = (1, S) + (1,) * (Y.dim() - 2)
     mq = a.reshape(sh) * Y + c.reshape(sh) * v
     xi = ((Y1 - mq) / sig.reshape(sh)).flatten(2)
@@ -115,14 +115,14 @@ def innovation_checks(result: SamplerResult, target: Any, schedule: Schedule, *,
         cnt = x.shape[0]
         if cnt == 0:
             continue
-        s, p = _ks(x.reshape(-1).numpy())
+        s, p = _ks(x.reshape(-1).cpu().numpy())
         raw.append((f"innovation{label}[{key}] coordinates KS", "innovation coordinates KS", key, s, p,
                     {"count": cnt}))
         q = float((x**2).sum())
         raw.append((f"innovation{label}[{key}] chi2 of |xi|^2", "innovation chi2 of |xi|^2", key, q / (cnt * d),
                     _chi2_two_sided(q, cnt * d), {"count": cnt, "dof": cnt * d}))
         for nm, u in (("state-direction", uy), ("velocity-direction", uv)):
-            proj = (x * u[m]).sum(1).numpy()
+            proj = (x * u[m]).sum(1).cpu().numpy()
             z = float(proj.sum() / np.sqrt(cnt))
             raw.append((f"innovation{label}[{key}] {nm} mean z", f"innovation {nm} mean z", key, z, _z_two_sided(z),
                         {"count": cnt}))
@@ -141,7 +141,7 @@ def gaussian_chain_checks(result: SamplerResult, target: GaussianData, schedule:
     if result.states is None:
         raise ValueError("gaussian_chain_checks needs a run with record_states=True")
     law = chain_law(schedule, target, init_mean, init_var)
-    Y = result.states.double().numpy()                       # [nb, N+1, d]
+    Y = result.states.double().cpu().numpy()                 # [nb, N+1, d]
     nb, N1, d = Y.shape
     raw = []
     for n in range(1, N1):

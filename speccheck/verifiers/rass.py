@@ -25,7 +25,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from speccheck.verifiers.special import log_rank_binomials
 
 Tensor = torch.Tensor
 __all__ = ["DELTA_GRID", "grid_bracket", "ndtr", "RASS", "RASSInverseCDF", "rass_weights", "grid_weights",
-           "precompute_weights", "residual_support", "support_rows", "log_mix"]
+           "build_weight_data", "residual_support", "support_rows", "log_mix"]
 
 _LOCK = threading.Lock()
 _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN rows: not solved yet)
@@ -59,11 +59,32 @@ def _cache_file(K: int) -> Path | None:
     return _cache.cache_file(f"rass_weights_K{K}_{key}.npy")
 
 
+PACKAGE_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "rass_weights.npz"
+"""Shipped weight tables (``K{K}`` arrays over ``DELTA_GRID``), rebuilt by ``build_weight_data``."""
+
+
+def _shipped(K: int) -> np.ndarray | None:
+    """The shipped table for K if the package has one on this grid; every row a probability vector."""
+    from speccheck.theory.validate import check_omega
+
+    if not PACKAGE_WEIGHTS.exists():
+        return None
+    with np.load(PACKAGE_WEIGHTS) as data:
+        if f"K{K}" not in data.files or not np.array_equal(data["grid"], DELTA_GRID):
+            return None
+        table = np.array(data[f"K{K}"], dtype=np.float64)
+    for row in table:
+        check_omega(row, K)
+    return table
+
+
 def _table(K: int) -> np.ndarray:
     table = _OMEGA.get(K)
     if table is None:
         shape = (DELTA_GRID.size, K)
-        saved = _cache.load(_cache_file(K), shape)
+        saved = _shipped(K)
+        if saved is None:
+            saved = _cache.load(_cache_file(K), shape)
         table = saved if saved is not None else np.full(shape, np.nan)
         _OMEGA[K] = table
     return table
@@ -92,9 +113,21 @@ def grid_weights(g: ArrayLike, K: int) -> np.ndarray:
         return table[g].copy()
 
 
-def precompute_weights(K: int, delta_max: float = 40.0) -> None:
-    """Solve (and cache) the LP at every grid point up to ``delta_max`` (the sampler's warm-up)."""
-    grid_weights(np.nonzero(DELTA_GRID <= delta_max + 1e-12)[0], K)
+def build_weight_data(Ks: Sequence[int], path: Path = PACKAGE_WEIGHTS) -> Path:
+    """Solve the optimal rank weights at every grid point for each K and write them, with the
+    grid, to ``path`` (the shipped tables; ``speccheck reproduce rass-weights``)."""
+    from speccheck.theory import rank_weights
+    from speccheck.theory.validate import check_omega
+
+    tables = {"grid": DELTA_GRID}
+    for K in Ks:
+        tables[f"K{K}"] = np.stack([np.full(K, 1.0 / K) if d == 0.0 or K == 1 else check_omega(rank_weights(d, K), K)
+                                    for d in DELTA_GRID.tolist()])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **tables)
+    tmp.replace(path)
+    return path
 
 
 def rass_weights(delta: ArrayLike, K: int) -> np.ndarray:

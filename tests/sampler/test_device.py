@@ -19,7 +19,7 @@ from speccheck.sampler.core import SpeculativeSampler
 from speccheck.sampler.tree import uniform_tree, widths_tree
 from speccheck.targets.schedules import flow_matching
 from speccheck.validation.trajectory import small_mixture
-from tests.sampler import fakecuda as fc
+from tests import fakecuda as fc
 
 F64 = torch.float64
 

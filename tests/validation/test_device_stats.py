@@ -12,7 +12,7 @@ from scipy import stats as sstats
 
 from speccheck.validation import device_stats as ds
 from speccheck.validation import stats
-from tests.verifiers import fakecuda as fc
+from tests import fakecuda as fc
 
 
 def _sample(n: int, shift: float, seed: int) -> torch.Tensor:

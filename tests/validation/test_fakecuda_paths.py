@@ -27,7 +27,7 @@ from speccheck.validation.mutants import MUTANTS
 from speccheck.validation.report import format_report
 from speccheck.validation.suites import parse_suite
 from speccheck.verifiers import get
-from tests.verifiers import fakecuda as fc
+from tests import fakecuda as fc
 
 _REAL_GENERATOR = torch.Generator
 

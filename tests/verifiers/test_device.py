@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from speccheck.verifiers import _residual, get
-from tests.verifiers import fakecuda as fc
+from tests import fakecuda as fc
 
 RULES = ["rmc", "dgrs", "rass", "rass-icdf"]
 DELTAS = [0.001, 1.0, 10.0]
