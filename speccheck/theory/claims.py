@@ -1,11 +1,10 @@
 """The papers' theory claims checked against speccheck.theory (writes theory/paper_claims.md).
 
-    python -m speccheck.theory.claims [theory/paper_claims.md]
+    speccheck reproduce paper-claims
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +62,10 @@ def paper_claims() -> list[tuple[str, str, str]]:
 def write_paper_claims(path: str | Path = "theory/paper_claims.md") -> Path:
     """Regenerate the claims table (deterministic) and return its path."""
     lines = ["# Papers' theory claims vs speccheck.theory",
-             "", "Made by `python -m speccheck.theory.claims`.", "",
+             "", "Made by `speccheck reproduce paper-claims`.", "",
              "| claim | paper | ours |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in paper_claims()]
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     return out
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(write_paper_claims(sys.argv[1] if len(sys.argv) > 1 else "theory/paper_claims.md").read_text())

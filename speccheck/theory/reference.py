@@ -1,6 +1,6 @@
 """High-precision mpmath references for the closed forms, and the golden tables they write.
 
-    python -m speccheck.theory.reference theory/      # regenerates theory/golden_*.csv
+    speccheck reproduce golden                        # regenerates theory/golden_*.csv
 
 Computed at ``DPS`` significant digits, independently of the fast numpy code: the D-GRS
 recursion in exact form (G_{k+1} = Phibar(tau - delta) - lambda Phibar(tau)), the i.i.d.
@@ -10,7 +10,6 @@ bound by root finding on its stationarity condition at high precision.
 from __future__ import annotations
 
 import csv
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -314,7 +313,7 @@ def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
         fh.write(
-            f"# Golden acceptance values made by `python -m speccheck.theory.reference theory/`\n"
+            f"# Golden acceptance values made by `speccheck reproduce golden`\n"
             f"# with mpmath {mp.__version__} at {DPS} significant digits (printed to 30): RMC 2 Phibar(delta/2);\n"
             "# D-GRS 1 - G_{K+1} by the exact recursion; the i.i.d.-list bound by bisection (500 steps)\n"
             "# on the larger root of ln K + (K-1) ln Phi(s) - delta s + delta^2/2 = 0.\n"
@@ -326,7 +325,3 @@ def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Pa
         writer.writeheader()
         writer.writerows(rows)
     return out
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(write_golden(sys.argv[1] if len(sys.argv) > 1 else "theory"))

@@ -118,7 +118,7 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
 # delta <= 0.005 for K >= 6 and at K = 16 (past HiGHS's time limit: RASS's weights), so solved
 # policies are stored: the package ships speccheck/data/
 # mcrs_policies_G64.npz (K = 2..6 on the whole grid, K = 16 at the gate suite's deltas; rebuilt
-# by ``python -m speccheck.verifiers.mcrs``), and anything solved later is saved to
+# by ``speccheck reproduce mcrs-policies``), and anything solved later is saved to
 # ~/.cache/speccheck ($SPECCHECK_CACHE_DIR; empty string: off). A stored policy is used only if
 # its grid and cell edges match the current ones; any stored policy is a valid policy, so the
 # kernel stays exact, and acceptance() always evaluates the policy actually used.
@@ -492,19 +492,3 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
         np.savez_compressed(tmp, **data)
         os.replace(tmp, path)
     return Path(path)
-
-
-def _main(argv=None) -> int:  # pragma: no cover - writes the shipped policies
-    import argparse
-
-    ap = argparse.ArgumentParser(description="build speccheck/data/mcrs_policies_G64.npz")
-    ap.add_argument("--K", type=int, nargs="+", default=[2, 3, 4, 5, 6])
-    ap.add_argument("--deltas", type=float, nargs="*", default=None, help="only the grid points nearest these")
-    ap.add_argument("--out", default=str(PACKAGE_DATA))
-    args = ap.parse_args(argv)
-    build_policy_data(args.K, Path(args.out), args.deltas)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())
