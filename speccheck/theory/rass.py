@@ -162,31 +162,31 @@ def _delta_zero(law: RankLaw) -> tuple[float, float]:
     return float(res.acceptance[0]), float(res.rejection[0])
 
 
+def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str) -> np.ndarray | float:
+    """``field`` ("acceptance" or "rejection") of RASS at the optimal weights (omega None) or at
+    ``omega``, per delta; a float for scalar delta."""
+    d = check_delta(delta)
+    K = check_K(K)
+    if omega is None:
+        out = np.vectorize(lambda x: getattr(_solution(float(x), K), field), otypes=[np.float64])(d)
+    else:
+        out = getattr(_fixed(d, K, check_omega(omega, K)), field)
+    return float(out) if d.ndim == 0 else out
+
+
 def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> np.ndarray | float:
     """integral min(q, p_omega), exact (crossings and closed-form masses, no quadrature), for
     delta of any shape; omega=None uses the certified optimal weights at each delta.
 
     delta finite >= 0 (beyond 80 every acceptance is < 1e-340 and 0 is returned); K in 1..128;
     omega a probability vector of length K. Returns a float for scalar delta."""
-    d = check_delta(delta)
-    K = check_K(K)
-    if omega is None:
-        out = np.vectorize(lambda x: _solution(float(x), K).acceptance, otypes=[np.float64])(d)
-    else:
-        out = _fixed(d, K, check_omega(omega, K)).acceptance
-    return float(out) if d.ndim == 0 else out
+    return _per_delta(delta, K, omega, "acceptance")
 
 
 def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> np.ndarray | float:
     """1 - acceptance_rass(delta, K, omega), computed directly (keeps ~1e-12 relative precision
     when it is tiny, e.g. ~1e-13 at delta = 1e-12)."""
-    d = check_delta(delta)
-    K = check_K(K)
-    if omega is None:
-        out = np.vectorize(lambda x: _solution(float(x), K).rejection, otypes=[np.float64])(d)
-    else:
-        out = _fixed(d, K, check_omega(omega, K)).rejection
-    return float(out) if d.ndim == 0 else out
+    return _per_delta(delta, K, omega, "rejection")
 
 
 # ----------------------------------------------------------------- certified optimal weights

@@ -42,11 +42,9 @@ from scipy import special
 from speccheck.validation.stats import (
     POWER,
     TestResult,
-    _power_shift,
-    binom_acceptance_region,
-    binom_two_sided_pvalue,
     dkw_pvalue,
     dkw_threshold,
+    tail_counts_test,
 )
 
 Tensor = torch.Tensor
@@ -198,15 +196,7 @@ def tail_test(x: Tensor, cdf: TorchCdf, alpha: float, q: float = 0.01, *, cell: 
     if not finite:
         return TestResult(cell, test, math.inf, math.nan, 0.0, math.nan, n, passed=False,
                           note="non-finite values in the sample")
-    k_lo, k_hi = int(k_lo), int(k_hi)
-    lo, hi = binom_acceptance_region(n, q, alpha / 2.0)
-    p = min(1.0, 2.0 * min(binom_two_sided_pvalue(k_lo, n, q), binom_two_sided_pvalue(k_hi, n, q)))
-    stat = max(abs(k_lo / n - q), abs(k_hi / n - q))
-    thr = max(hi / n - q, q - lo / n)
-    mdd = _power_shift(n, q, lo, hi, power)
-    ok = lo <= k_lo <= hi and lo <= k_hi <= hi
-    return TestResult(cell, test, stat, thr, p, mdd, n, passed=bool(ok),
-                      extra={"lower_count": k_lo, "upper_count": k_hi, "q": q})
+    return tail_counts_test(int(k_lo), int(k_hi), n, alpha, q, cell=cell, test=test, power=power)
 
 
 def _mmd_result(m: int, finite: float, mean: float, sd: float, alpha: float, cell: str, test: str, power: float,

@@ -542,37 +542,3 @@ def markdown_table(reports: list[dict]) -> str:
             f"| {{True: 'exact', False: 'FAIL', None: 'no verdict'}}[r['exact']] |"
         )
     return "\n".join(rows)
-
-
-def plot_speedups(reports: list[dict], path: str, title: str = "") -> None:
-    """Speed-up (+- s.e.) vs drafted budget B, one line per (verifier, eps)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups: dict = {}
-    for r in reports:
-        if r["config"].get("sampler_mutant") or "error" in r:
-            continue
-        key = (r["protocol"]["verifier"], r["config"]["eps"])
-        point = (r["protocol"]["tree"]["B"], r["summary"]["speedup"], r["summary"]["speedup_se"])
-        groups.setdefault(key, []).append(point)
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for (ver, eps), pts in sorted(groups.items()):
-        pts.sort()
-        b, s, e = map(np.array, zip(*pts))
-        ax.errorbar(b, s, yerr=e, marker="o", capsize=2, label=f"{ver}, eps={eps:g}")
-    ax.set_xscale("log")
-    bs = sorted({b for pts in groups.values() for b, _, _ in pts})
-    ax.set_xticks(bs)
-    ax.set_xticklabels([str(b) for b in bs])
-    ax.minorticks_off()
-    ax.set_xlabel("drafted budget B")
-    ax.set_ylabel("NFE speed-up")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

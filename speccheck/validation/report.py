@@ -240,8 +240,3 @@ def format_kill_matrix(reports: dict[str, BatteryReport]) -> str:
                  "blank: not run; 'at': the first confirmed localisation)")
     lines.append("columns: " + "; ".join(f"{s_}={f}" for s_, f in zip(short, fams)))
     return "\n".join(lines)
-
-
-def report_from_dict(d: dict) -> BatteryReport:
-    """Rebuild a :class:`BatteryReport` from :func:`report_dict` output (exact round trip)."""
-    return BatteryReport.from_dict(d)

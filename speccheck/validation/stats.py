@@ -158,8 +158,14 @@ def tail_test(x: np.ndarray, cdf: Callable, alpha: float, q: float = 0.01, *, ce
         return TestResult(cell, test, math.inf, math.nan, 0.0, math.nan, n, passed=False,
                           note="non-finite values in the sample")
     u = cdf(x)
-    k_lo = int(np.count_nonzero(u < q))
-    k_hi = int(np.count_nonzero(u > 1.0 - q))
+    return tail_counts_test(int(np.count_nonzero(u < q)), int(np.count_nonzero(u > 1.0 - q)), n, alpha, q,
+                            cell=cell, test=test, power=power)
+
+
+def tail_counts_test(k_lo: int, k_hi: int, n: int, alpha: float, q: float, *, cell: str = "", test: str = "tails",
+                     power: float = POWER) -> TestResult:
+    """:func:`tail_test` from its counts: k_lo draws with F(x) < q and k_hi with F(x) > 1 - q of n,
+    each Binomial(n, q) under H0."""
     lo, hi = binom_acceptance_region(n, q, alpha / 2.0)
     p = min(1.0, 2.0 * min(binom_two_sided_pvalue(k_lo, n, q), binom_two_sided_pvalue(k_hi, n, q)))
     stat = max(abs(k_lo / n - q), abs(k_hi / n - q))

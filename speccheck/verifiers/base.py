@@ -21,10 +21,6 @@ import torch
 Tensor = torch.Tensor
 VerifyResult = tuple[Tensor, Tensor, Tensor]
 
-# Largest displacement the built-in kernels are validated for (delta in [0, 40], docs/contract.md).
-DELTA_MAX = 40.0
-
-
 @runtime_checkable
 class Verifier(Protocol):
     """Structural type of a verifier (``docs/contract.md``)."""

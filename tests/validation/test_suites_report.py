@@ -11,7 +11,7 @@ import pytest
 from speccheck.errors import LoadError
 from speccheck.validation.battery import run_battery
 from speccheck.validation.mutants import ReferenceRMC
-from speccheck.validation.report import format_kill_matrix, format_report, junit_xml, report_dict, report_from_dict
+from speccheck.validation.report import format_kill_matrix, format_report, junit_xml, report_dict
 from speccheck.validation.results import BatteryReport, Localisation, TestResult
 from speccheck.validation.suites import BUILTIN_SUITES, load_suite, parse_suite
 
@@ -95,7 +95,7 @@ def test_report_round_trips_exactly_through_json(tiny):
     rep.results.append(TestResult("c", "x", math.inf, math.nan, 0.5, math.inf, 3, kind="n/a"))
     rep.localisations.append(Localisation(0.1, 0.2, 1, True, 100, 1e-9, 1e-3, 1.0, 0.9, "declared", 0.3, "L5 x"))
     back = BatteryReport.from_dict(json.loads(json.dumps(rep.to_dict())))
-    assert back.to_dict() == rep.to_dict() and report_from_dict(report_dict(rep)).to_dict() == rep.to_dict()
+    assert back.to_dict() == rep.to_dict() and BatteryReport.from_dict(report_dict(rep)).to_dict() == rep.to_dict()
     assert back.results[-1].statistic == math.inf and math.isnan(back.results[-1].threshold)
     assert back.passed == rep.passed and len(back.failures) == len(rep.failures)
 
