@@ -71,13 +71,6 @@ def check_verify_inputs(delta: Any, s: Any) -> tuple[Tensor, Tensor]:
     return delta, s64
 
 
-def check_K(K: Any) -> int:
-    """Return K as an int >= 1 or raise ValueError."""
-    if isinstance(K, bool) or int(K) != K or int(K) < 1:
-        raise ValueError(f"K must be an integer >= 1, got K={K!r}")
-    return int(K)
-
-
 #: index dtypes a verifier may return (normalised to int64 by :func:`normalize_verify_outputs`)
 INDEX_DTYPES = (torch.int64, torch.int32)
 
