@@ -90,9 +90,7 @@ def test_figures_missing_or_corrupt_inputs(tmp_path):
 
 
 def test_sweep_hardening_if_registered(tmp_path):
-    """Owned by the scale-out engineer's `speccheck.scale.commands`; checked here when registered."""
-    if "sweep" not in cli.build_parser()._subparsers._group_actions[0].choices:
-        pytest.skip("speccheck.scale.commands is not registered")
+    """`sweep --name ../../x` must not write outside --out."""
     code, _, err = run(["sweep", "--name", "../../x", "--out", str(tmp_path), "--trajectories", "2"])
     assert code == 2 and "--name" in err, err
     assert not os.path.exists(tmp_path.parent.parent / "x")
