@@ -43,7 +43,7 @@ def _fakecuda():
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
     try:
-        from tests.verifiers import fakecuda
+        from tests import fakecuda
     except ImportError:
         try:
             import fakecuda

@@ -223,28 +223,12 @@ def _verify_once_prepared(rule: str, K: int, delta: float, B: int, device: torch
 
 
 def _count_syncs_fake(rule: str, K: int, delta: float, B: int, seed: int) -> int | None:
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT.parent / "shared" / "tools" / "fakecuda"))
-    try:
-        from tests.verifiers import fakecuda as fc
-    except ImportError:
-        try:
-            import fakecuda as fc
-        except ImportError:
-            return None
-    from speccheck.verifiers import get
+    """Host syncs of one verify call of B rows under the fake-CUDA emulation (bench_verifiers')."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_verifiers import count_call
 
-    v = get(rule)
-    with fc.fake_cuda():
-        g = fc.cuda_generator(seed)
-        s = torch.randn(B, K, generator=g, dtype=torch.float64, device="cuda")
-        d = torch.full((B,), delta, dtype=torch.float64, device="cuda")
-        v.verify(d[:1024], s[:1024], g)
-        fc.reset()
-        v.verify(d, s, g)
-    n = sum(fc.EVENTS.values())
-    fc.reset()
-    return n
+    counted = count_call(rule, K, delta, B, seed)
+    return None if counted is None else counted[1]
 
 
 def stage_syncs(device: torch.device, quick: bool, seed: int) -> dict:

@@ -26,17 +26,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "DASK_DISTRIBUTED__LOGGING__DISTRIB
 # ten units of roughly 0.3 s each: long enough to be killed mid-run
 SLOW_SWEEP = ["sweep", "--verifiers", "dgrs", "--K", "1", "2", "--L", "2..6", "--trajectories", "30", "--name", "slow",
               "--no-progress"]
-TINY_SUITE = """name = "tiny"
-seed = 7
-family_alpha = 1e-3
-power = 0.9
-[scalar]
-deltas = [1.0]
-K = [1, 2]
-n = 2048
-[contract]
-n = 64
-"""
 
 
 def _speccheck_argv() -> list[str]:
@@ -131,14 +120,12 @@ def test_docs_example_runs_for_real(cluster):
     assert len(_units(folder / "example.sqlite")) == 4
 
 
-def test_same_results_with_1_and_2_workers_and_a_scheduler(cluster, tmp_path):
+def test_same_results_with_1_and_2_workers_and_a_scheduler(cluster, tmp_path, tiny_suite):
     """Done-when: same seeds give identical stored results whatever runs the units."""
     address, _ = cluster
-    suite = tmp_path / "tiny.toml"
-    suite.write_text(TINY_SUITE)
     jobs = [["sweep", "--verifiers", "rmc", "dgrs", "--cells", "2x2", "1x3", "--trajectories", "4",
              "--steps", "8", "--name", "s", "--no-progress"],
-            ["calibrate", "--suite", str(suite), "--verifier", "dgrs", "--seeds", "2", "--name", "c",
+            ["calibrate", "--suite", tiny_suite, "--verifier", "dgrs", "--seeds", "2", "--name", "c",
              "--no-progress"]]
     stores = {}
     for label, how in (("one", ["--workers", "1"]), ("two", ["--workers", "2"]), ("remote", ["--scheduler", address])):

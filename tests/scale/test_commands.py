@@ -11,28 +11,6 @@ from speccheck.cli import main
 from speccheck.errors import FileFormatError
 from speccheck.scale.jobs import load_sweep
 
-TINY_SUITE = """name = "tiny"
-description = "tiny test suite"
-seed = 7
-family_alpha = 1e-3
-power = 0.9
-
-[scalar]
-deltas = [1.0]
-K = [1, 2]
-n = 2048
-
-[contract]
-n = 64
-"""
-
-
-@pytest.fixture
-def tiny_suite(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY_SUITE)
-    return str(path)
-
 
 def _sweep_args(store, *extra):
     return ["sweep", "--target", "gmm-paper", "--verifiers", "rmc", "dgrs", "--cells", "2x2", "1x3",

@@ -8,25 +8,6 @@ import pytest
 from speccheck.errors import FileFormatError, InputError
 from speccheck.scale.jobs import battery_runs, mutant_matrix
 
-TINY_SUITE = """name = "tiny"
-seed = 7
-family_alpha = 1e-3
-power = 0.9
-[scalar]
-deltas = [1.0]
-K = [1, 2]
-n = 2048
-[contract]
-n = 64
-"""
-
-
-@pytest.fixture
-def tiny_suite(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY_SUITE)
-    return str(path)
-
 
 def test_mutant_matrix_units_match_the_library_run(tmp_path, tiny_suite):
     from speccheck.validation.battery import run_mutants

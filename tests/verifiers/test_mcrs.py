@@ -67,18 +67,14 @@ def test_mixed_batch_and_residual_law(mcrs):
         assert stats.binomtest(int(acc[rows].sum()), int(rows.sum()), a).pvalue > ALPHA
 
 
-def test_rejected_outputs_follow_the_residual(mcrs):
-    # K = 2, delta = 1: the residual has two intervals (as for RASS top-rank). Three assertions
-    # (overall KS, acceptance, residual CDF): family-wise false-failure rate 3 * ALPHA.
+def _residual_cdf(pol, delta: float):
+    """t -> int_{-inf}^t (q - p)_+ / (1 - a), exact on the theory's crossing pieces of ``pol``."""
     from speccheck.theory.mcrs import _g_mass, _pieces
 
-    delta, K, n = 1.0, 2, 1 << 18
-    pol = mcrs.policies([delta], K)[0]
     pieces = list(_pieces(pol, delta))
     a = acceptance_of_policy(delta, pol)
 
     def residual_cdf(t):
-        """int_{-inf}^t (q - p)_+ / (1 - a), exact on the theory's crossing pieces."""
         tot = 0.0
         for s0, s1, q_above in pieces:
             if s0 >= t:
@@ -89,6 +85,18 @@ def test_rejected_outputs_follow_the_residual(mcrs):
                 p = _g_mass(special.ndtr(s0), special.ndtr(-s0), special.ndtr(hi), special.ndtr(-hi), pol)
                 tot += q - p
         return tot / (1 - a)
+
+    return residual_cdf
+
+
+def test_rejected_outputs_follow_the_residual(mcrs):
+    # K = 2, delta = 1: the residual has two intervals (as for RASS top-rank). Three assertions
+    # (overall KS, acceptance, residual CDF): family-wise false-failure rate 3 * ALPHA.
+
+    delta, K, n = 1.0, 2, 1 << 18
+    pol = mcrs.policies([delta], K)[0]
+    a = acceptance_of_policy(delta, pol)
+    residual_cdf = _residual_cdf(pol, delta)
 
     g = torch.Generator().manual_seed(9)
     s = torch.randn(n, K, generator=g, dtype=torch.float64)
@@ -298,26 +306,12 @@ def test_tiny_delta_residual_law_through_the_inverse_cdf(mcrs):
     """Below TINY_RESIDUAL_DELTA the residual skips the rejection rounds (one proposal, then the
     inverse CDF): its draws follow (q - p_pi)_+ / (1 - a). The residual mass is ~1e-5 there, so
     the residual sampler is called directly. One DKW assertion: false-failure rate ALPHA."""
-    from speccheck.theory.mcrs import _g_mass, _pieces
     from speccheck.verifiers.mcrs import policy_table
 
     delta, K, n = 0.005, 2, 1 << 14
     assert delta < TINY_RESIDUAL_DELTA
     pol = mcrs.policies([delta], K)[0]
-    pieces = list(_pieces(pol, delta))
-    a = acceptance_of_policy(delta, pol)
-
-    def residual_cdf(t):
-        tot = 0.0
-        for s0, s1, q_above in pieces:
-            if s0 >= t:
-                break
-            hi = min(s1, t)
-            if q_above:
-                q = special.ndtr(hi - delta) - special.ndtr(s0 - delta)
-                p = _g_mass(special.ndtr(s0), special.ndtr(-s0), special.ndtr(hi), special.ndtr(-hi), pol)
-                tot += q - p
-        return tot / (1 - a)
+    residual_cdf = _residual_cdf(pol, delta)
 
     lo, hi, t = grid_bracket(np.array([delta]))
     tab = policy_table(K, mcrs.G).tables(np.concatenate([lo, hi]), torch.device("cpu"))
