@@ -60,9 +60,7 @@ def test_bad_requests_are_refused(tmp_path):
 
 def test_paper_claims_byte_identical(tmp_path):
     """`reproduce paper-claims` rewrites theory/paper_claims.md exactly (about a minute of theory)."""
-    missing = rp.missing_needs(rp.REGISTRY["paper-claims"])
-    if missing:
-        pytest.skip(f"not wired yet: {missing} is missing from this checkout")
+    assert not rp.missing_needs(rp.REGISTRY["paper-claims"])
     written = rp.reproduce("paper-claims", tmp_path)
     assert written == [tmp_path / "theory" / "paper_claims.md"]
     assert written[0].read_bytes() == (ROOT / "theory" / "paper_claims.md").read_bytes()
