@@ -34,9 +34,6 @@ REASONS = {
     "Hang": "ran longer than the timeout",
     "MemoryHog": "MemoryError",
 }
-BATTERY_NOT_YET: dict[str, str] = {}  # defects the battery library (not the CLI) does not detect yet
-
-
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
     path = tmp_path_factory.mktemp("suite") / "tiny.toml"
@@ -52,9 +49,7 @@ def _run(argv, capsys):
 
 
 @pytest.mark.parametrize("name", sorted(hostile.VERDICTS) + sorted(hostile.STATISTICAL_ONLY))
-def test_battery_verdict(name, tiny_suite, capsys, request):
-    if name in BATTERY_NOT_YET:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BATTERY_NOT_YET[name]))
+def test_battery_verdict(name, tiny_suite, capsys):
     want = {**hostile.VERDICTS, **hostile.STATISTICAL_ONLY}[name]
     code, out, err = _run(["battery", "--verifier", f"tests.cli.hostile:{name}", "--suite", tiny_suite,
                            "--no-progress", "--timeout", "4"], capsys)

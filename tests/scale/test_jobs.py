@@ -131,8 +131,7 @@ def test_checked_in_legacy_sweeps_are_readable():
     root = Path(__file__).resolve().parents[2] / "validation" / "mcrs_speedups"
     folders = [f for f in sorted(root.glob("*"))
                if (f / "trajectories.csv").exists() and not (f / "sweep.sqlite").exists()]
-    if not folders:
-        pytest.skip("no CSV sweep folder checked in")
+    assert folders, "the checked-in CSV sweep folders are the legacy format under test"
     for folder in folders:
         rows, spec = load_sweep(str(folder))
         assert rows and all(r["trajectories"] == spec["trajectories"] for r in rows)
