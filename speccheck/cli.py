@@ -354,6 +354,9 @@ def _add_battery(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=float, default=None, help="multiply the suite's draw counts")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_timeout(p, "battery cell", TIMEOUT_BATTERY_CELL_S)
+    from speccheck.scale.commands import add_executor_args
+
+    add_executor_args(p, store_default=None, workers_default="1", progress_option=False)
     p.set_defaults(func=_cmd_battery)
 
 
@@ -380,23 +383,35 @@ def _battery_extra(args: argparse.Namespace) -> dict:
     return extra
 
 
-def _job_battery(heartbeat: Callable[[str], None], *, verifier: Optional[str], suite: str, device: str,
-                 seed: Optional[int], mutants: bool, names: Optional[list[str]], progress: bool,
-                 extra: dict) -> dict:
-    """Child side of ``speccheck battery``: returns report dicts only (no objects cross back)."""
-    from speccheck.validation import battery
-    from speccheck.validation import mutants as mutant_module
-    from speccheck.validation.report import report_dict
+def _battery_units(*, verifier: Optional[str], suite: str, device: str, seed: Optional[int], mutants: bool,
+                   names: Optional[list[str]], extra: dict, executor: Any, store: Optional[str]) -> dict:
+    """``speccheck battery`` as units on ``executor`` (:func:`speccheck.scale.jobs.battery_job`, one
+    unit per cell; :func:`speccheck.scale.jobs.mutant_matrix`, one unit per mutant): report dicts."""
+    from speccheck.scale import jobs
 
     if mutants:
-        reports = mutant_module.run_mutants(suite, names=names, device=device, seed=seed, progress=progress,
-                                            heartbeat=heartbeat, **extra)
-        return {"mutants": {name: report_dict(rep) for name, rep in reports.items()}}
-    rep = battery.run_battery(verifier, suite, device=device, seed=seed, progress=progress, heartbeat=heartbeat,
-                              **extra)
-    return {"report": report_dict(rep)}
+        unit_time: dict[str, float] = {}
+        reports = jobs.mutant_matrix(suite, names=names, device=device, seed=seed, executor=executor, store=store,
+                                     options=extra,
+                                     on_outcome=lambda unit, outcome: unit_time.update({unit.key: outcome["wall_s"]}))
+        for name, rep in reports.items():  # timing is kept out of the stored result: the unit's own
+            rep["wall_s"] = rep["cpu_s"] = unit_time.get(name, 0.0)
+        return {"mutants": reports}
+    return {"report": jobs.battery_job(verifier, suite, device=device, seed=seed, options=extra, executor=executor,
+                                       store=store)}
 
 
+def _job_battery(heartbeat: Callable[[str], None], *, verifier: Optional[str], suite: str, device: str,
+                 seed: Optional[int], mutants: bool, names: Optional[list[str]], progress: bool,
+                 extra: dict, store: Optional[str] = None) -> dict:
+    """Child side of ``speccheck battery --workers 1``: its units one after another in this child
+    (a heartbeat at each unit and at each battery cell inside one, so ``--timeout`` bounds a
+    cell); returns report dicts only."""
+    from speccheck.scale.executors import InProcessExecutor
+
+    executor = InProcessExecutor(progress=progress, heartbeat=heartbeat)
+    return _battery_units(verifier=verifier, suite=suite, device=device, seed=seed, mutants=mutants, names=names,
+                          extra=extra, executor=executor, store=store)
 
 
 def _rebuild_report(data: Any, what: str) -> Any:
@@ -444,11 +459,26 @@ def _cmd_battery(args: argparse.Namespace) -> int:
     extra = _battery_extra(args)
     progress = not args.no_progress and args.suite != "smoke"
     what = "the mutants" if args.mutants else f"verifier {args.verifier!r}"
-    value = _isolated("speccheck.cli:_job_battery",
-                      dict(verifier=args.verifier, suite=args.suite, device=args.device, seed=args.seed,
-                           mutants=args.mutants, names=args.mutant, progress=progress, extra=extra),
-                      timeout=args.timeout, what=what, device=args.device,
-                      preload=("torch", "speccheck.validation.battery"))
+    from speccheck.scale.commands import executor_from, wants_dask
+
+    if args.store is not None:
+        _check_output_file(args.store, "--store")
+    if wants_dask(args):  # the Dask worker processes isolate the code under test (as for sweeps)
+        executor = executor_from(argparse.Namespace(workers=args.workers, scheduler=args.scheduler,
+                                                    no_progress=not progress), timeout=args.timeout)
+        try:
+            value = _battery_units(verifier=args.verifier, suite=args.suite, device=args.device, seed=args.seed,
+                                   mutants=args.mutants, names=args.mutant, extra=extra, executor=executor,
+                                   store=args.store)
+        finally:
+            executor.close()
+    else:
+        value = _isolated("speccheck.cli:_job_battery",
+                          dict(verifier=args.verifier, suite=args.suite, device=args.device, seed=args.seed,
+                               mutants=args.mutants, names=args.mutant, progress=progress, extra=extra,
+                               store=args.store),
+                          timeout=args.timeout, what=what, device=args.device,
+                          preload=("torch", "speccheck.validation.battery"))
     if args.mutants:
         raw = value.get("mutants")
         if not isinstance(raw, dict) or not raw:

@@ -12,7 +12,7 @@ import argparse
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from speccheck.errors import InputError
 
@@ -32,22 +32,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ----------------------------------------------------------------------------- shared options
-def add_executor_args(parser: argparse.ArgumentParser) -> None:
-    """``--workers``, ``--scheduler``, ``--store``, ``--no-progress`` (shared by the heavy commands)."""
+def add_executor_args(parser: argparse.ArgumentParser, *, store_default: Optional[str] = DEFAULT_STORE,
+                      workers_default: str = "one per core", progress_option: bool = True) -> None:
+    """``--workers``, ``--scheduler``, ``--store``, ``--no-progress`` (shared by the heavy commands).
+    ``store_default`` None: no store unless ``--store`` is given; ``progress_option`` False when
+    the command already has ``--no-progress``."""
     parser.add_argument("--workers", type=int, default=None,
-                        help="local worker processes (default: one per core; 1 = in this process, no Dask)")
+                        help=f"local worker processes (default: {workers_default}; 1 = in this process, no Dask)")
     parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                         help="run on an existing Dask cluster (default: $DASK_SCHEDULER_ADDRESS if set)")
-    parser.add_argument("--store", default=DEFAULT_STORE, metavar="PATH",
-                        help=f"SQLite results store; units already stored are skipped (default {DEFAULT_STORE})")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    if store_default is None:
+        parser.add_argument("--store", default=None, metavar="PATH",
+                            help="SQLite results store of the units (resume: units already stored are skipped); "
+                                 "default: none")
+    else:
+        parser.add_argument("--store", default=store_default, metavar="PATH",
+                            help=f"SQLite results store; units already stored are skipped (default {store_default})")
+    if progress_option:
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def executor_from(args: argparse.Namespace) -> Executor:
+def executor_from(args: argparse.Namespace, timeout: Optional[float] = None) -> Executor:
     """The executor the options ask for (see :func:`speccheck.scale.executors.make_executor`)."""
     from speccheck.scale.executors import make_executor
 
-    return make_executor(workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress)
+    return make_executor(workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress,
+                         timeout=timeout)
+
+
+def wants_dask(args: argparse.Namespace, default_workers: int = 1) -> bool:
+    """Whether ``--workers``/``--scheduler`` (or ``$DASK_SCHEDULER_ADDRESS`` when ``--workers`` is
+    not given) ask for Dask, for a command whose default is ``default_workers`` local processes."""
+    if args.scheduler:
+        return True
+    if args.workers is None:
+        return bool(os.environ.get("DASK_SCHEDULER_ADDRESS")) or default_workers > 1
+    if args.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {args.workers}")
+    return args.workers > 1
 
 
 def check_name(name: str, option: str = "--name") -> str:
@@ -128,6 +150,9 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--K", nargs="+", default=None, help="K values or ranges (default 1..7)")
     p.add_argument("--L", nargs="+", default=None, help="L values or ranges (default 2..7)")
     p.add_argument("--cells", nargs="+", default=None, help="explicit cells like 6x6 5x3 (instead of --K/--L)")
+    p.add_argument("--chunk", type=int, default=None, metavar="N",
+                   help="trajectories per unit: a cell of more is split into chunks of N (run in parallel, "
+                        "stored as they finish, merged exactly into the cell); default: one unit per cell")
     p.add_argument("--name", default=None, help="sweep name in the store (default: target + protocol hash)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="also write DIR/<name>/summary.csv and summary.md (every cell stored in the sweep)")
@@ -152,11 +177,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cells = parse_cells(args.cells) if args.cells else [
         (k, l) for k in parse_range(args.K or ["1..7"], "K") for l in parse_range(args.L or ["2..7"], "L")]
     proto = protocol_from(args)
-    name = check_name(args.name) if args.name else f"{proto.target}-{proto.key()}"
+    if args.chunk is not None and args.chunk < 1:
+        raise InputError(f"--chunk must be >= 1 trajectories per unit, got {args.chunk}")
+    chunked = args.chunk is not None and args.chunk < args.trajectories
+    name = check_name(args.name) if args.name else (f"{proto.target}-{proto.key()}"
+                                                     + (f"-chunk{args.chunk}" if chunked else ""))
     executor = executor_from(args)
     try:
         rows = jobs.run_sweep(proto, args.verifiers, cells, args.trajectories, args.seed, store=args.store,
-                              name=name, executor=executor, threads=args.threads, log=lambda m: print(m, flush=True))
+                              name=name, executor=executor, threads=args.threads, log=lambda m: print(m, flush=True),
+                              chunk=args.chunk)
     finally:
         executor.close()
     print(f"sweep {name!r}: {len(rows)} cells run or found in {args.store}")
@@ -179,6 +209,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu | cuda (cuda units ask Dask workers for GPU=1)")
     p.add_argument("--name", default=None, help="calibration name in the store (default: calibrate-<suite>)")
+    p.add_argument("--cells", action="store_true",
+                   help="split each battery run into its cells (units of seconds, for big suites on many workers); "
+                        "the same records")
     p.add_argument("--summarise-only", action="store_true",
                    help="run nothing: summarise the runs already in the store (e.g. after split runs)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the summary and per-run records as JSON")
@@ -197,7 +230,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         summary = jobs.calibrate(args.suite, args.verifier, seeds=range(args.first_seed, args.first_seed + args.seeds),
                                  device=args.device, store=args.store, name=name, executor=executor,
-                                 run=not args.summarise_only)
+                                 run=not args.summarise_only, cells=args.cells)
     finally:
         if executor is not None:
             executor.close()

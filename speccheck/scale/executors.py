@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, Sequence
 
 from speccheck.errors import InputError, IsolatedCodeError, LoadError
 from speccheck.scale.units import Unit, run_unit
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # dask is imported only when a Dask executor runs
 
 OnResult = Callable[[Unit, dict], None]
 _CONNECT_TIMEOUT_S = 20
+_STARTUP_S = 120.0  # starting the workers and importing torch there, before the first unit can finish
 # Units are CPU-bound Python: the workers' statistical profiler (a stack sample every 10 ms) and
 # GIL monitor (every 1 ms) would compete with them for the GIL; local clusters run without them.
 _QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.gil.enabled": False}
@@ -64,13 +65,26 @@ class InProcessExecutor:
 
     name = "in-process"
 
-    def __init__(self, progress: bool = False) -> None:
+    def __init__(self, progress: bool = False, on_start: Optional[Callable[[Unit], None]] = None,
+                 heartbeat: Optional[Callable[[str], None]] = None) -> None:
         self.progress = progress
+        self.on_start = on_start
+        # the isolated child's heartbeat: called as each unit starts and at each battery cell inside
+        # a unit (a mutant's run), so its --timeout bounds a cell
+        self.heartbeat = heartbeat
 
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
+        from speccheck.scale.units import heartbeat_to
+
         bar = Progress(len(units), self.name, self.progress)
         for unit in units:
-            on_result(unit, run_unit(unit))
+            if self.on_start is not None:
+                self.on_start(unit)
+            if self.heartbeat is not None:
+                self.heartbeat(f"{unit.kind} {unit.key}")
+            with heartbeat_to(self.heartbeat):
+                outcome = run_unit(unit)
+            on_result(unit, outcome)
             bar.step()
 
     def close(self) -> None:
@@ -80,8 +94,10 @@ class InProcessExecutor:
 class DaskExecutor:
     """Units as Dask tasks: a local cluster of ``workers`` processes, or the cluster at ``scheduler``."""
 
-    def __init__(self, workers: Optional[int] = None, scheduler: Optional[str] = None, progress: bool = False) -> None:
+    def __init__(self, workers: Optional[int] = None, scheduler: Optional[str] = None, progress: bool = False,
+                 timeout: Optional[float] = None) -> None:
         self.workers, self.scheduler, self.progress = workers, scheduler, progress
+        self.timeout = timeout  # seconds a unit may run: no unit finishing for this long stops the job
         self.name = f"dask {scheduler}" if scheduler else f"dask local x{workers}"
         self._client = None
         self._cluster = None
@@ -106,7 +122,7 @@ class DaskExecutor:
 
             with dask.config.set(_QUIET_WORKERS):  # handed to the worker processes as they start
                 self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                             dashboard_address=":0", silence_logs=logging.ERROR,
+                                             dashboard_address=":0", silence_logs=logging.CRITICAL,
                                              env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
             self._client = Client(self._cluster)
         return self._client
@@ -121,7 +137,6 @@ class DaskExecutor:
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
         if not units:
             return
-        from distributed import as_completed
 
         client = self.client()
         remote_gpu = bool(self.scheduler) and any(u.needs_gpu for u in units)
@@ -136,7 +151,7 @@ class DaskExecutor:
         from distributed import KilledWorker
 
         try:
-            for future in as_completed(futures):
+            for future in self._finished(futures):
                 unit = futures[future]
                 try:
                     outcome = future.result()
@@ -154,6 +169,27 @@ class DaskExecutor:
             for future in futures:
                 future.cancel()
 
+    def _finished(self, futures: dict) -> Iterator:
+        """The futures as they finish. With ``timeout``: if no unit finishes for ``timeout``
+        seconds (plus a start-up allowance before the first), some unit has run longer than
+        ``timeout`` (each worker runs one unit at a time), and the job stops with exit 2."""
+        from distributed import as_completed, wait
+
+        if self.timeout is None:
+            yield from as_completed(futures)
+            return
+        pending, limit = set(futures), self.timeout + _STARTUP_S
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=limit, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                running = sorted(f"{futures[f].kind} {futures[f].key}" for f in pending)
+                raise IsolatedCodeError(f"{self.name}: a unit ran longer than the timeout (--timeout "
+                                        f"{self.timeout:g} s) or its worker died; unfinished: {', '.join(running[:3])}"
+                                        f"{' ...' if len(running) > 3 else ''}); no verdict") from None
+            yield from done
+            limit = self.timeout
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -163,10 +199,11 @@ class DaskExecutor:
 
 
 def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None,
-                  progress: bool = False) -> Executor:
+                  progress: bool = False, timeout: Optional[float] = None) -> Executor:
     """The executor for ``--workers``/``--scheduler``: an existing cluster if ``scheduler`` (or
     ``$DASK_SCHEDULER_ADDRESS``), else in-process when ``workers`` is 1 (or the machine has one
-    core), else a local cluster of ``workers`` processes (default: one per core)."""
+    core), else a local cluster of ``workers`` processes (default: one per core). ``timeout``
+    bounds each unit on a Dask executor (the in-process one is bounded by its caller)."""
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
     if scheduler and workers is not None:
@@ -177,8 +214,8 @@ def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None
     if scheduler:
         if "://" not in scheduler:
             raise InputError(f"--scheduler takes an address like tcp://HOST:8786, got {scheduler!r}")
-        return DaskExecutor(scheduler=scheduler, progress=progress)
+        return DaskExecutor(scheduler=scheduler, progress=progress, timeout=timeout)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     if workers == 1:
         return InProcessExecutor(progress=progress)
-    return DaskExecutor(workers=workers, progress=progress)
+    return DaskExecutor(workers=workers, progress=progress, timeout=timeout)

@@ -21,7 +21,7 @@ import numpy as np
 from speccheck.errors import FileFormatError, InputError
 from speccheck.scale.executors import Executor, InProcessExecutor
 from speccheck.scale.store import ResultsStore
-from speccheck.scale.units import Unit, suite_digest
+from speccheck.scale.units import Unit, plain, suite_digest
 
 if TYPE_CHECKING:
     from speccheck.sampler.experiments import Protocol
@@ -39,9 +39,12 @@ def _open_store(store: StoreArg) -> Optional[ResultsStore]:
 
 def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: StoreArg = None,
               executor: Optional[Executor] = None,
-              on_new: Optional[Callable[[Unit, dict], None]] = None) -> dict[str, dict]:
+              on_new: Optional[Callable[[Unit, dict], None]] = None,
+              on_outcome: Optional[Callable[[Unit, dict], None]] = None) -> dict[str, dict]:
     """Run the units of ``job`` that ``store`` lacks, storing each as it finishes; return
-    ``{unit key: result}`` for every unit (stored or new). Without a store nothing persists."""
+    ``{unit key: result}`` for every unit (stored or new). Without a store nothing persists.
+    ``on_new(unit, result)`` and ``on_outcome(unit, outcome)`` (with ``wall_s``, ``worker``) see
+    each unit run now."""
     keys = [u.key for u in units]
     if len(set(keys)) != len(keys):
         raise InputError(f"job {job!r}: duplicate units {sorted({k for k in keys if keys.count(k) > 1})[:5]}")
@@ -52,6 +55,8 @@ def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: 
 
         def keep(unit: Unit, outcome: dict) -> None:
             results[unit.key] = outcome["result"]
+            if on_outcome:
+                on_outcome(unit, outcome)
             if on_new:
                 on_new(unit, outcome["result"])
 
@@ -66,6 +71,8 @@ def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: 
             opened.put(job, unit.key, identity=unit.identity, seed=unit.seed, spec_hash=digest,
                        wall_s=outcome["wall_s"], worker=outcome["worker"], result=outcome["result"],
                        code=outcome.get("code"))
+            if on_outcome:
+                on_outcome(unit, outcome)
             if on_new:
                 on_new(unit, outcome["result"])
 
@@ -87,17 +94,104 @@ SUMMARY_FIELDS = ["rule", "K", "L", "tree", "B", "trajectories", "speedup", "spe
 
 
 def sweep_units(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
-                seed: int) -> tuple[dict, list[Unit]]:
+                seed: int, chunk: Optional[int] = None) -> tuple[dict, list[Unit]]:
     """The sweep's spec (protocol, trajectories per cell, seed) and one unit per (rule, K, L),
-    largest trees first (better load balance; results do not depend on the order)."""
+    largest trees first (better load balance; results do not depend on the order). With
+    ``chunk`` (trajectories per unit) smaller than ``n_traj``, the spec records it and the units
+    are the cells' chunks, ``sweep-chunk`` ``(rule, K, L, index)``, each with its own seed."""
     if n_traj < 2:
         raise InputError(f"trajectories must be >= 2 (a standard error needs two), got {n_traj}")
     if seed < 0:
         raise InputError(f"--seed must be >= 0, got {seed}")
+    if chunk is not None and chunk < 1:
+        raise InputError(f"--chunk must be >= 1 trajectories per unit, got {chunk}")
     spec = {"protocol": asdict(proto), "trajectories": int(n_traj), "seed": int(seed)}
     cells = sorted(set((int(k), int(l)) for k, l in cells), key=lambda c: (-(c[0] ** c[1]), c))
-    units = [Unit("sweep-cell", spec, (str(rule), K, L), base_seed=int(seed)) for K, L in cells for rule in verifiers]
+    if chunk is None or chunk >= n_traj:
+        units = [Unit("sweep-cell", spec, (str(rule), K, L), base_seed=int(seed))
+                 for K, L in cells for rule in verifiers]
+        return spec, units
+    spec["chunk"] = int(chunk)
+    n_chunks = -(-n_traj // chunk)
+    units = [Unit("sweep-chunk", spec, (str(rule), K, L, index), base_seed=int(seed))
+             for K, L in cells for rule in verifiers for index in range(n_chunks)]
     return spec, units
+
+
+def merge_chunks(proto: Protocol, rule: str, K: int, L: int, chunks: Sequence[dict], seed: int) -> dict:
+    """A sweep cell's stored result from its chunks' results (in index order): the trajectory
+    columns concatenated (trajectory ids running on over the chunks) and the summary of
+    :func:`speccheck.sampler.analysis.summarize` on the chunks' runs joined into one (event
+    trajectory ids offset), exactly what one run of all the trajectories would summarise."""
+    import torch
+
+    from speccheck.sampler.analysis import summarize
+    from speccheck.sampler.core import EventLog, SamplerResult, resolve_verifier, verifier_name
+
+    if not chunks:
+        raise InputError(f"sweep cell {rule} K={K} L={L}: no chunks to merge")
+    offsets = np.cumsum([0] + [len(c["counters"]["nfe"]) for c in chunks[:-1]])
+    counters = {name: torch.tensor(np.concatenate([np.asarray(c["counters"][name], dtype=np.int64) for c in chunks]))
+                for name in chunks[0]["counters"]}
+    kinds = {"delta": np.float64, "accepted": np.bool_}
+    events = EventLog(**{name: np.concatenate([np.asarray(c["events"][name], dtype=kinds.get(name, np.int64))
+                                               + (int(offset) if name == "traj" else 0)
+                                               for c, offset in zip(chunks, offsets)])
+                         for name in EventLog.__dataclass_fields__})
+    n = int(counters["nfe"].numel())
+    first = chunks[0]
+    merged = SamplerResult(x=torch.empty(n, 0, dtype=torch.float64), commit_depth=torch.empty(n, 0, dtype=torch.long),
+                           events=events, n_stochastic=int(first["n_stochastic"]),
+                           batch_calls=sum(int(c["batch_calls"]) for c in chunks), lazy_eval_calls=0,
+                           protocol=dict(first["protocol"]), **counters)
+    verifier = resolve_verifier(rule)
+    cell = {"rule": verifier_name(verifier), "K": int(K), "L": int(L), "tree": first["tree"], "B": int(first["B"]),
+            "rows_per_round": int(first["rows_per_round"]), "seed": int(seed)}
+    summary = summarize(merged, verifier, proto.schedule().stochastic, int(first["tree_L"]))  # a chain's own depth
+    speedup = merged.speedup.tolist()
+    columns = {"traj": list(range(n)), "nfe": counters["nfe"].tolist(), "root_calls": counters["root_calls"].tolist(),
+               "det_calls": counters["det_calls"].tolist(), "rounds": counters["rounds"].tolist(),
+               "accepted": counters["n_accepted"].tolist(), "verified": counters["n_verified"].tolist(),
+               "speedup": speedup}
+    return {"summary": plain({**cell, **summary}), "trajectories": columns, "stochastic_steps": merged.n_stochastic}
+
+
+def _run_chunked(units: Sequence[Unit], proto: Protocol, spec: dict, *, job: str, store: StoreArg,
+                 executor: Optional[Executor], on_new: Optional[Callable[[Unit, dict], None]]) -> dict[str, dict]:
+    """The chunk units of the cells that ``job`` lacks (stored in job ``<job>.chunks`` as they
+    finish, so a big cell resumes mid-way), each cell merged and stored in ``job`` once its chunks
+    are in: ``{cell key: result}``. The cells have the same keys as unchunked sweep cells."""
+    cells: dict[str, list[Unit]] = {}
+    for unit in units:
+        cells.setdefault("/".join(str(p) for p in unit.identity[:3]), []).append(unit)
+    opened = _open_store(store)
+    try:
+        done = set()
+        if opened is not None:
+            digest = opened.open_job(job, "sweep", spec)
+            done = opened.stored_keys(job)
+        todo = [u for key, group in cells.items() if key not in done for u in group]
+        chunk_results = run_units(todo, job=f"{job}.chunks", kind="sweep-chunks", spec=spec, store=opened,
+                                  executor=executor) if todo else {}
+        merged: dict[str, dict] = {}
+        for key, group in cells.items():
+            if key in done:
+                continue
+            rule, K, L = group[0].identity[:3]
+            result = merge_chunks(proto, str(rule), int(K), int(L), [chunk_results[u.key] for u in group],
+                                  int(spec["seed"]))
+            merged[key] = result
+            if opened is not None:
+                opened.put(job, key, identity=[rule, K, L], seed=int(spec["seed"]), spec_hash=digest, wall_s=0.0,
+                           worker="merged-chunks", result=result)
+            if on_new:
+                on_new(Unit("sweep-cell", spec, (rule, K, L), base_seed=int(spec["seed"])), result)
+        if opened is None:
+            return merged
+        return {row.unit_key: row.result for row in opened.units(job, list(cells))}
+    finally:
+        if opened is not store and opened is not None:
+            opened.close()
 
 
 def summary_row(result: dict) -> dict:
@@ -122,11 +216,12 @@ def _log_cell(log: Log) -> Callable[[Unit, dict], None]:
 
 def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
               seed: int, *, store: StoreArg = None, name: Optional[str] = None, executor: Optional[Executor] = None,
-              threads: int = 1, log: Optional[Log] = None) -> list[dict]:
+              threads: int = 1, log: Optional[Log] = None, chunk: Optional[int] = None) -> list[dict]:
     """Run the sweep's missing cells (``proto``: a :class:`speccheck.sampler.experiments.Protocol`)
     into ``store`` under job ``name`` (default: target + protocol hash); returns one summary row per
     requested cell, sorted by (rule, K, L). Units run with one torch thread (``threads`` is kept for
-    the CLI's option and must be >= 1)."""
+    the CLI's option and must be >= 1). ``chunk``: trajectories per unit (a cell of more is split
+    into chunks, merged exactly by :func:`merge_chunks`; another spec than the unchunked sweep)."""
     if threads < 1:
         raise InputError(f"--threads must be >= 1, got {threads}")
     if not verifiers:
@@ -138,10 +233,16 @@ def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[i
             resolve_verifier(rule)
         except (ValueError, ImportError, AttributeError) as exc:
             raise InputError(f"--verifiers: cannot load {rule!r}: {exc}") from None
-    spec, units = sweep_units(proto, verifiers, cells, n_traj, seed)
-    job = name or f"{proto.target}-{proto.key()}"
-    results = run_units(units, job=job, kind="sweep", spec=spec, store=store, executor=executor,
-                        on_new=_log_cell(log) if log else None)
+    spec, units = sweep_units(proto, verifiers, cells, n_traj, seed, chunk)
+    job = name or f"{proto.target}-{proto.key()}" + (f"-chunk{spec['chunk']}" if "chunk" in spec else "")
+    if "chunk" in spec:
+        results = _run_chunked(units, proto, spec, job=job, store=store, executor=executor,
+                               on_new=_log_cell(log) if log else None)
+        units = [Unit("sweep-cell", spec, (str(rule), K, L), base_seed=int(seed))
+                 for rule, K, L in {u.identity[:3]: None for u in units}]
+    else:
+        results = run_units(units, job=job, kind="sweep", spec=spec, store=store, executor=executor,
+                            on_new=_log_cell(log) if log else None)
     return sorted((summary_row(results[u.key]) for u in units), key=lambda r: (r["rule"], r["K"], r["L"]))
 
 
@@ -353,10 +454,12 @@ def calibration_units(suite: str, verifiers: Sequence[str], seeds: Iterable[int]
 
 def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], device: str = "cpu",
               store: StoreArg = None, name: Optional[str] = None, executor: Optional[Executor] = None,
-              run: bool = True) -> dict:
+              run: bool = True, cells: bool = False) -> dict:
     """Run the suite on each correct rule under each seed and summarise (see
     :func:`summarise_calibration`). ``run=False`` summarises every run of these rules already in
-    ``store`` (the split-runs use case) without running anything."""
+    ``store`` (the split-runs use case) without running anything. ``cells``: each battery run is
+    split into its cells (:func:`battery_cell_runs`; stored in job ``NAME.cells``, the runs'
+    records in ``NAME`` as they complete), for big suites on many workers; same records."""
     from speccheck.validation.suites import load_suite
 
     if not verifiers:
@@ -367,7 +470,10 @@ def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], dev
         raise InputError(f"--suite: {exc}") from None
     spec, units = calibration_units(suite, verifiers, seeds, device)
     job = name or f"calibrate-{Path(suite).stem}" + ("" if device == "cpu" else f"-{device.replace(':', '')}")
-    if run:
+    if run and cells:
+        records = _calibrate_in_cells(units, suite, spec, job=job, device=device, store=store, executor=executor,
+                                      family_alpha=family_alpha)
+    elif run:
         results = run_units(units, job=job, kind="calibration", spec=spec, store=store, executor=executor)
         records = [results[u.key] for u in units]
     else:
@@ -384,6 +490,34 @@ def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], dev
                 st.close()
     return summarise_calibration(records, [str(v) for v in verifiers], family_alpha=family_alpha, suite=suite,
                                  device=device)
+
+
+def _calibrate_in_cells(units: Sequence[Unit], suite: str, spec: dict, *, job: str, device: str, store: StoreArg,
+                        executor: Optional[Executor], family_alpha: float) -> list[dict]:
+    """The calibration runs that ``job`` lacks, as battery cells (job ``<job>.cells``); each run's
+    record is stored in ``job`` as the calibration-seed unit would have stored it."""
+    from speccheck.scale.units import calibration_record
+
+    opened = _open_store(store)
+    try:
+        done: set = set()
+        if opened is not None:
+            digest = opened.open_job(job, "calibration", spec)
+            done = opened.stored_keys(job)
+        todo = [u for u in units if u.key not in done]
+        runs = [(str(u.identity[0]), int(u.identity[1])) for u in todo]
+        reports = battery_cell_runs(runs, suite, {**spec, "family_alpha": float(family_alpha)}, job=f"{job}.cells",
+                                    device=device, store=opened, executor=executor) if runs else {}
+        records = {u.key: calibration_record(run[0], run[1], reports[run]) for u, run in zip(todo, runs)}
+        if opened is not None:
+            for unit in todo:
+                opened.put(job, unit.key, identity=unit.identity, seed=unit.seed, spec_hash=digest, wall_s=0.0,
+                           worker="merged-cells", result=plain(records[unit.key]))
+            records = {row.unit_key: row.result for row in opened.units(job, [u.key for u in units])}
+    finally:
+        if opened is not store and opened is not None:
+            opened.close()
+    return [records[u.key] for u in units]
 
 
 def summarise_calibration(records: Sequence[dict], rules: Sequence[str], *, family_alpha: float, suite: str,
@@ -450,36 +584,69 @@ def write_json(value: dict, path: str) -> None:
 
 
 # ----------------------------------------------------------------------------- batteries and mutants
-def _battery_spec(suite: str, device: str, seed: Optional[int]) -> dict:
-    """The spec of battery-like jobs; ``seed`` None means the suite's own fixed seed."""
+def _battery_spec(suite: str, device: str, seed: Optional[int], options: Optional[dict] = None) -> dict:
+    """The spec of battery-like jobs; ``seed`` None means the suite's own fixed seed; ``options``
+    (``layers``, ``Ks``, ``scale``) enter the spec only when given (older stores stay valid)."""
     from speccheck.validation.suites import load_suite
 
     try:
         seed = load_suite(suite).seed if seed is None else int(seed)
     except ValueError as exc:
         raise InputError(f"--suite: {exc}") from None
-    return {"suite": suite, "suite_sha": suite_digest(suite), "device": device, "seed": seed}
+    spec = {"suite": suite, "suite_sha": suite_digest(suite), "device": device, "seed": seed}
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    if options:
+        spec["options"] = _plain_options(options)
+    return spec
+
+
+def _plain_options(options: dict) -> dict:
+    """``layers``/``Ks``/``scale`` as plain JSON (lists of str / int, a float), checked."""
+    known = {"layers", "Ks", "scale"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"battery options {unknown} are not supported here; allowed: {sorted(known)}")
+    out: dict = {}
+    if "layers" in options:
+        layers = options["layers"]
+        out["layers"] = [str(x) for x in ([layers] if isinstance(layers, str) else layers)]
+    if "Ks" in options:
+        Ks = options["Ks"]
+        out["Ks"] = [int(k) for k in ([Ks] if isinstance(Ks, int) else Ks)]
+    if "scale" in options:
+        out["scale"] = float(options["scale"])
+    return out
+
+
+def _options_tag(spec: dict) -> str:
+    """``-o<hash>`` of the spec's battery options, or nothing: runs with other options are other jobs."""
+    from speccheck.scale.store import spec_hash
+
+    return f"-o{spec_hash(spec['options'])[:8]}" if spec.get("options") else ""
 
 
 def mutant_matrix(suite: str, *, names: Optional[Sequence[str]] = None, device: str = "cpu",
                   seed: Optional[int] = None, executor: Optional[Executor] = None,
-                  store: StoreArg = None) -> dict[str, dict]:
+                  store: StoreArg = None, options: Optional[dict] = None,
+                  on_outcome: Optional[Callable[[Unit, dict], None]] = None) -> dict[str, dict]:
     """The suite on every mutant (or ``names``), one unit per mutant: ``{mutant: report dict}``
-    (a killed mutant has ``passed`` False). Mutants a suite cannot run (sampler mutants without
-    the trajectory layer) are left out."""
-    try:
-        from speccheck.validation.mutants import mutant_factories
-    except ImportError:
-        from speccheck.validation.battery import mutant_factories
+    (a killed mutant has ``passed`` False), the same reports as
+    :func:`speccheck.validation.mutants.run_mutants`. ``options`` (``layers``, ``Ks``, ``scale``)
+    go to each battery run; ``on_outcome(unit, outcome)`` sees each unit run now (its ``wall_s``).
+    Mutants a suite cannot run (sampler mutants without the trajectory
+    layer) are left out."""
+    from speccheck.validation.mutants import mutant_factories
+
     known = mutant_factories()
     chosen = list(names) if names else list(known)
     unknown = [n for n in chosen if n not in known]
     if unknown:
         raise InputError(f"--mutant: unknown mutant(s) {unknown}; known: {sorted(known)}")
-    spec = _battery_spec(suite, device, seed)
+    spec = _battery_spec(suite, device, seed, options)
     units = [Unit("mutant", spec, (name,), device=device, fixed_seed=spec["seed"]) for name in chosen]
-    job = f"mutants-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}")
-    results = run_units(units, job=job, kind="mutants", spec=spec, store=store, executor=executor)
+    job = f"mutants-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}") + _options_tag(spec)
+    results = run_units(units, job=job, kind="mutants", spec=spec, store=store, executor=executor,
+                        on_outcome=on_outcome)
     return {u.key: results[u.key] for u in units if not results[u.key].get("skipped")}
 
 
@@ -491,6 +658,115 @@ def battery_runs(verifiers: Sequence[str], suite: str, *, device: str = "cpu", s
     job = f"battery-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}")
     results = run_units(units, job=job, kind="battery", spec=spec, store=store, executor=executor)
     return {u.key: results[u.key] for u in units}
+
+
+def _job_token(text: str) -> str:
+    """``text`` as a store-name token (letters, digits, ``._-``)."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in str(text))[:60]
+
+
+Run = tuple  # (verifier spec string, battery seed): one battery run
+
+
+def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, device: str = "cpu",
+                      store: StoreArg = None, executor: Optional[Executor] = None, localise_failures: bool = True,
+                      on_outcome: Optional[Callable[[Unit, dict], None]] = None) -> dict[Run, object]:
+    """Battery runs ``(verifier, seed)`` split into units (their cells), merged into one
+    :class:`~speccheck.validation.results.BatteryReport` per run: the same report as
+    :func:`speccheck.validation.battery.run_battery` with one torch thread, whatever the executor.
+
+    Three rounds of ``battery-cell`` units, identity ``(verifier, seed, *cell)``, each round over
+    every run at once: (1) the plan (it loads the verifier, so it runs on a worker too), the
+    contract ``L0`` and the trajectory layer ``L4``; (2) the grid cells ``("L1", label)``, the
+    continuous layer per K ``("L5", K)`` and the wrapper per dimension ``("L3", d)``, all at the
+    per-test level alpha / m of the WHOLE family (m from the plan plus L4's count, never a unit's
+    share); (3) for a run with a test failed after Holm over its whole family, the localisation.
+    Each cell's seed is derived from the run's seed and the cell's identity. The client only
+    merges: it never loads a verifier. ``spec``: the job's (suite, its hash, device, options,
+    family_alpha); units are stored in job ``job``."""
+    import torch
+
+    from speccheck.validation import battery
+    from speccheck.validation.results import Localisation, TestResult
+    from speccheck.validation.suites import load_suite
+
+    st = load_suite(suite)
+    opts = spec.get("options", {})
+    layers = battery.resolve_layers(opts.get("layers"))  # options checked here, before any unit runs
+    Ks = battery._check_Ks(opts.get("Ks"))
+    scale = battery._check_scale(opts.get("scale", 1.0))
+    alpha = float(spec["family_alpha"])
+
+    def cell_unit(run: Run, cell: tuple, extra: Optional[dict] = None) -> Unit:
+        return Unit("battery-cell", {**spec, **(extra or {})}, (str(run[0]), int(run[1]), *cell), device=device,
+                    fixed_seed=int(run[1]))
+
+    def run_round(units: list[Unit]) -> dict[str, dict]:
+        return run_units(units, job=job, kind="battery-cells", spec=spec, store=store, executor=executor,
+                         on_outcome=on_outcome)
+
+    def tests(got: dict, unit: Unit) -> list[TestResult]:
+        return [TestResult.from_dict(r) for r in got[unit.key]["results"]]
+
+    first = {run: [cell_unit(run, ("plan",))] + [cell_unit(run, c) for c in battery.first_cells(st, layers)]
+             for run in runs}
+    got = run_round([u for units in first.values() for u in units])
+    plans, contracts, trajectories, levels, later = {}, {}, {}, {}, {}
+    for run, units in first.items():
+        plans[run] = got[units[0].key]["plan"]
+        by_cell = {u.identity[2:]: u for u in units}
+        contracts[run] = tests(got, by_cell[("L0",)]) if ("L0",) in by_cell else []
+        keeps = all(r.passed for r in contracts[run])
+        trajectories[run] = tests(got, by_cell[("L4",)]) if ("L4",) in by_cell and keeps else None
+        battery.check_evidence(plans[run], st, contracts[run], trajectories[run] or [], Ks)
+        levels[run] = battery.per_test_alpha(plans[run], trajectories[run] or [], alpha)
+        later[run] = [cell_unit(run, c, {"plan": plans[run], "alpha_t": levels[run]})
+                      for c in battery.battery_cells(plans[run])]
+    got = run_round([u for units in later.values() for u in units])
+    reports, where = {}, {}
+    for run in runs:
+        reports[run] = battery.assemble_report(plans[run], st, base=int(run[1]), alpha=alpha,
+                                               device=str(torch.device(device)), scale=scale,
+                                               contract=contracts[run], trajectory=trajectories[run],
+                                               cells=[tests(got, u) for u in later[run]])
+        failures = battery.failures_to_localise(reports[run])
+        if failures and localise_failures:
+            where[run] = cell_unit(run, ("localise",), {"plan": plans[run], "alpha_t": levels[run],
+                                                        "failures": [r.as_dict() for r in failures]})
+    if where:
+        got = run_round(list(where.values()))
+        for run, unit in where.items():
+            reports[run].localisations = [Localisation.from_dict(x) for x in got[unit.key]["localisations"]]
+            reports[run].notes += list(got[unit.key]["notes"])
+    return reports
+
+
+def battery_job(verifier: str, suite: str, *, device: str = "cpu", seed: Optional[int] = None,
+                options: Optional[dict] = None, executor: Optional[Executor] = None, store: StoreArg = None,
+                name: Optional[str] = None, localise_failures: bool = True) -> dict:
+    """One battery run split into units (its cells; see :func:`battery_cell_runs`), merged into
+    one report dict: the same report as :func:`speccheck.validation.battery.run_battery` run
+    with one torch thread, whatever the executor and its number of workers. ``wall_s`` is the
+    client's wall time, ``cpu_s`` the units' own time (0 for units found in the store)."""
+    import time
+
+    from speccheck.validation.suites import load_suite
+
+    start = time.perf_counter()
+    spec = _battery_spec(suite, device, seed, options)
+    spec.update(verifier=str(verifier), family_alpha=float(load_suite(suite).family_alpha))
+    job = name or f"battery-{Path(suite).stem}-{_job_token(verifier)}-seed{spec['seed']}{_options_tag(spec)}"
+    unit_time = [0.0]
+
+    def count(unit: Unit, outcome: dict) -> None:
+        unit_time[0] += float(outcome["wall_s"])
+
+    run = (str(verifier), int(spec["seed"]))
+    report = battery_cell_runs([run], suite, spec, job=job, device=device, store=store, executor=executor,
+                               localise_failures=localise_failures, on_outcome=count)[run]
+    report.wall_s = time.perf_counter() - start
+    report.cpu_s = unit_time[0]
+    return report.to_dict()
 
 
 def battery_reports(report_dicts: dict[str, dict]) -> dict:

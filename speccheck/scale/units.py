@@ -1,8 +1,9 @@
 """Units of work: pure functions of (spec, identity) that return a JSON-able result record.
 
-A :class:`Unit` names its kind (``sweep-cell``, ``calibration-seed``, ``battery``, ``mutant``),
-the job's ``spec`` (shared by every unit of a job) and its ``identity`` (what distinguishes it:
-a rule and a cell, a rule and a seed, a mutant's name). Its random seed is
+A :class:`Unit` names its kind (``sweep-cell``, ``sweep-chunk``, ``calibration-seed``, ``battery``,
+``battery-cell``, ``mutant``), the job's ``spec`` (shared by every unit of a job) and its
+``identity`` (what distinguishes it: a rule and a cell, a chunk of a cell, a rule and a seed, a
+mutant's name, a verifier, its battery seed and a battery cell). Its random seed is
 ``unit_seed(base_seed, kind, *identity)``, so a unit's result is the same whichever worker runs
 it, in whichever order, next to whichever other units (a unit whose identity names its seed
 outright, such as a calibration's battery seed, sets ``fixed_seed``). :func:`run_unit` is the one
@@ -14,6 +15,7 @@ timing is kept out of ``result`` so that results are bit-identical between runs.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import math
@@ -25,7 +27,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from speccheck.errors import InputError, LoadError
+from speccheck.errors import InputError, IsolatedCodeError, LoadError
 from speccheck.seeding import Part, unit_seed
 
 
@@ -76,6 +78,21 @@ def plain(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
         return plain(value.item())
     return value
+
+
+_HEARTBEAT: contextvars.ContextVar[Optional[Callable[[str], None]]] = contextvars.ContextVar(
+    "speccheck_unit_heartbeat", default=None)
+
+
+@contextlib.contextmanager
+def heartbeat_to(beat: Optional[Callable[[str], None]]) -> Iterator[None]:
+    """Units run inside call ``beat(label)`` at each battery cell (the isolated child's heartbeat,
+    so that ``--timeout`` bounds a cell, not a whole mutant's or calibration seed's battery run)."""
+    token = _HEARTBEAT.set(beat)
+    try:
+        yield
+    finally:
+        _HEARTBEAT.reset(token)
 
 
 @contextlib.contextmanager
@@ -141,14 +158,60 @@ def sweep_cell(unit: Unit) -> dict:
             "stochastic_steps": plain(rows[0]["stochastic_steps"]) if rows else 0}
 
 
+_COUNTERS = ("nfe", "root_calls", "det_calls", "rounds", "n_accepted", "n_verified")
+
+
+def sweep_chunk(unit: Unit) -> dict:
+    """Trajectories ``[index * chunk, (index + 1) * chunk)`` of one (rule, K, L) sweep cell
+    (identity ``(rule, K, L, index)``), drawn from the unit's own seed: the per-trajectory
+    counters and the verification events, everything the cell's summary needs
+    (:func:`speccheck.scale.jobs.merge_chunks` merges the chunks of a cell exactly). The sampler is
+    set up as :func:`speccheck.sampler.experiments.run_cells` sets up a one-L cell."""
+    import torch
+
+    from speccheck.sampler.core import SpeculativeSampler, resolve_verifier
+    from speccheck.sampler.experiments import Protocol, cell_tree
+    from speccheck.sampler.tree import uniform_tree
+    from speccheck.seeding import generator
+    from speccheck.targets.gmm import gmm_preset
+
+    rule_spec, K, L, index = unit.identity
+    proto = Protocol(**unit.spec["protocol"])
+    chunk, n_traj = int(unit.spec["chunk"]), int(unit.spec["trajectories"])
+    count = min(chunk, n_traj - int(index) * chunk)
+    if count < 1:
+        raise InputError(f"sweep chunk {unit.key}: no trajectories (cell of {n_traj}, chunks of {chunk})")
+    rule = resolve_verifier(str(rule_spec))
+    target = gmm_preset(proto.target)
+    schedule = proto.schedule()
+    tree = cell_tree(rule, int(K), int(L), proto, schedule.n_stochastic)
+    sampler = SpeculativeSampler(target, schedule, uniform_tree(tree.max_K, tree.L), rule, freeze=proto.freeze,
+                                 prefetch=proto.prefetch, leaves=proto.leaves, lazy=proto.lazy)
+    gen = generator(unit.seed, "cpu")
+    x0 = torch.randn(count, target.d, generator=gen, dtype=torch.float64)
+    result = sampler.run(x0, gen, depth_cap=torch.full((count,), tree.L, dtype=torch.long))
+    events = result.events
+    return {"tree": tree.name, "tree_L": int(tree.L), "B": int(tree.budget),
+            "rows_per_round": int(tree.rows(proto.leaves)), "n_stochastic": int(result.n_stochastic),
+            "batch_calls": int(result.batch_calls),
+            "protocol": plain(result.protocol),
+            "counters": {name: plain(getattr(result, name).cpu().numpy()) for name in _COUNTERS},
+            "events": {name: plain(getattr(events, name)) for name in events.__dataclass_fields__}}
+
+
 def calibration_seed(unit: Unit) -> dict:
     """The suite on a correct rule under battery seed ``seed`` (the identity's second part, so
     ``speccheck battery --seed N`` reproduces the run): verdict, failed tests, raw p-value shares."""
     from speccheck.validation.battery import run_battery
 
     rule, _ = unit.identity
-    seed = unit.seed
-    report = run_battery(str(rule), _load_suite_checked(unit.spec), device=unit.device, seed=seed)
+    report = run_battery(str(rule), _load_suite_checked(unit.spec), device=unit.device, seed=unit.seed,
+                         heartbeat=_HEARTBEAT.get())
+    return calibration_record(str(rule), unit.seed, report)
+
+
+def calibration_record(rule: str, seed: int, report: Any) -> dict:
+    """A calibration run's record from its battery report: verdict, failed tests, p-value shares."""
     stat = [r for r in report.results if r.kind == "stat"]
     return {"rule": str(rule), "seed": int(seed), "passed": bool(report.passed),
             "failed": [f"{r.layer} {r.cell} {r.test} (p={r.p_value:.3g})" for r in report.failures],
@@ -164,28 +227,59 @@ def battery_run(unit: Unit) -> dict:
     from speccheck.validation.battery import run_battery
 
     (verifier,) = unit.identity
-    report = run_battery(str(verifier), _load_suite_checked(unit.spec), device=unit.device, seed=unit.seed)
+    report = run_battery(str(verifier), _load_suite_checked(unit.spec), device=unit.device, seed=unit.seed,
+                         heartbeat=_HEARTBEAT.get())
     return _report_record(report)
 
 
 def mutant_run(unit: Unit) -> dict:
-    """The suite on one mutant (identity: its name): the report dict (a kill = ``passed`` False)."""
-    import importlib
+    """The suite on one mutant (identity: its name): the report dict (a kill = ``passed`` False).
+    The spec's ``options`` (``layers``, ``Ks``, ``scale``) go to the battery."""
+    from speccheck.validation.mutants import mutant_factories, run_mutants
 
     (name,) = unit.identity
-    try:
-        mutants = importlib.import_module("speccheck.validation.mutants")
-        factories = mutants.mutant_factories
-    except (ImportError, AttributeError):  # before the move out of validation.battery
-        from speccheck.validation.battery import mutant_factories as factories
-    from speccheck.validation.battery import run_mutants
-
-    if str(name) not in factories():
-        raise InputError(f"unknown mutant {name!r}; known: {sorted(factories())}")
-    reports = run_mutants(_load_suite_checked(unit.spec), names=[str(name)], device=unit.device, seed=unit.seed)
+    if str(name) not in mutant_factories():
+        raise InputError(f"unknown mutant {name!r}; known: {sorted(mutant_factories())}")
+    reports = run_mutants(_load_suite_checked(unit.spec), names=[str(name)], device=unit.device, seed=unit.seed,
+                          heartbeat=_HEARTBEAT.get(), **unit.spec.get("options", {}))
     if str(name) not in reports:  # e.g. a sampler mutant on a suite without the trajectory layer
         return {"skipped": True, "note": "mutant not applicable to this suite (no trajectory layer)"}
     return _report_record(reports[str(name)])
+
+
+def _battery_context(unit: Unit):  # noqa: ANN202 - (verifier, suite, device, options) of a battery-cell unit
+    from speccheck.validation.battery import load_verifier, resolve_device
+
+    return (load_verifier(str(unit.identity[0])), _load_suite_checked(unit.spec), resolve_device(unit.device),
+            dict(unit.spec.get("options", {})))
+
+
+def battery_cell(unit: Unit) -> dict:
+    """One cell of one battery run (identity: the verifier's spec string, the run's battery seed,
+    then the cell, e.g. ``("dgrs", 7, "L1", "delta=0.5,K=2")``, ``("dgrs", 7, "L5", 3)``; see
+    :func:`speccheck.validation.battery.run_cell`), or the run's plan (``("dgrs", 7, "plan")``),
+    or its localisation (``("dgrs", 7, "localise")``, the spec carrying the failed tests). The
+    cell's seed is derived from the battery seed and the cell's identity inside ``run_cell``; the
+    later cells take the whole family's per-test level ``alpha_t`` and the ``plan`` from the spec."""
+    from speccheck.validation import battery
+    from speccheck.validation.results import TestResult
+
+    verifier, st, device, options = _battery_context(unit)
+    base, cell = int(unit.identity[1]), tuple(unit.identity[2:])
+    spec, scale = unit.spec, float(options.get("scale", 1.0))
+    if cell == ("plan",):
+        layers = battery.resolve_layers(options.get("layers"))
+        return {"plan": battery.plan_battery(verifier, st, layers=layers, Ks=battery._check_Ks(options.get("Ks")),
+                                             scale=scale)}
+    if cell == ("localise",):
+        failures = [TestResult.from_dict(r) for r in spec["failures"]]
+        found, notes = battery.localise_report(verifier, st, spec["plan"], failures, None, base=base,
+                                               alpha=float(spec["family_alpha"]), alpha_t=float(spec["alpha_t"]),
+                                               device=device, scale=scale)
+        return {"localisations": [loc.to_dict() for loc in found], "notes": notes}
+    results, _ = battery.run_cell(verifier, st, cell, plan=spec.get("plan"), base=base,
+                                  alpha_t=float(spec.get("alpha_t", spec["family_alpha"])), device=device, scale=scale)
+    return {"results": [plain(r.as_dict()) for r in results]}
 
 
 def echo(unit: Unit) -> dict:
@@ -196,9 +290,11 @@ def echo(unit: Unit) -> dict:
 UNIT_KINDS: dict[str, Callable[[Unit], dict]] = {
     "echo": echo,
     "sweep-cell": sweep_cell,
+    "sweep-chunk": sweep_chunk,
     "calibration-seed": calibration_seed,
     "battery": battery_run,
     "mutant": mutant_run,
+    "battery-cell": battery_cell,
 }
 
 
@@ -207,8 +303,12 @@ def run_unit(unit: Unit) -> dict:
     if unit.kind not in UNIT_KINDS:
         raise InputError(f"unknown unit kind {unit.kind!r}; known: {sorted(UNIT_KINDS)}")
     start = time.perf_counter()
-    with _one_torch_thread():
-        result = UNIT_KINDS[unit.kind](unit)
+    try:
+        with _one_torch_thread():
+            result = UNIT_KINDS[unit.kind](unit)
+    except SystemExit as exc:  # user code in a unit never ends the worker (nor decides an exit code)
+        raise IsolatedCodeError(f"unit {unit.kind} {unit.key}: the code under test called sys.exit({exc.code!r}) "
+                                "before a result; no verdict") from None
     wall = time.perf_counter() - start
     from speccheck.scale.store import code_version
 

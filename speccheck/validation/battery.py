@@ -56,8 +56,9 @@ from speccheck.validation.stats import binom_test, holm_adjust, ks_dkw_test
 from speccheck.validation.suites import Suite, load_suite
 from speccheck.validation.trajectory import run_trajectory_checks
 
-__all__ = ["BatteryReport", "TestResult", "assert_battery_passes", "contract_checks", "load_verifier",
-           "planned_tests", "resolve_layers", "run_battery"]
+__all__ = ["BatteryReport", "TestResult", "assemble_report", "assert_battery_passes", "battery_cells", "check_evidence",
+           "contract_checks", "failures_to_localise", "first_cells", "load_verifier", "localise_report",
+           "per_test_alpha", "plan_battery", "planned_tests", "resolve_layers", "run_battery", "run_cell"]
 
 # kept for callers of the old private names
 _supports = supports
@@ -273,20 +274,18 @@ def _grid_cell(v: Any, delta: float, K: int, n_draws: int, cell: str, st: Suite,
     return results + stat
 
 
-def _layer_grid(v: Any, plan: _Plan, st: Suite, alpha_t: float, device: torch.device, base: int,
-                beat: Callable[[str], None]) -> list[TestResult]:
-    out: list[TestResult] = []
-    for i, (delta, K, n_draws, cell) in enumerate(plan.grid_cells):
-        beat(f"L1 {cell}")
-        try:
-            out += _grid_cell(v, delta, K, n_draws, cell, st, alpha_t, device, unit_seed(base, 1, i),
-                              plan.has_acceptance)
-        except DeviceError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a defect, not a load error
-            out.append(contract_result(cell, "contract:no-exception", 1, n_draws,
-                                       f"verify raised {type(exc).__name__}: {exc}", "L1"))
-    return out
+def _run_grid_cell(v: Any, plan: _Plan, st: Suite, label: str, alpha_t: float, device: torch.device,
+                   base: int) -> list[TestResult]:
+    """The grid cell named ``label``, seeded by its identity: ``unit_seed(base, 1, label)``."""
+    delta, K, n_draws, cell = next(c for c in plan.grid_cells if c[3] == label)
+    try:
+        return _grid_cell(v, delta, K, n_draws, cell, st, alpha_t, device, unit_seed(base, 1, cell),
+                          plan.has_acceptance)
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a defect, not a load error
+        return [contract_result(cell, "contract:no-exception", 1, n_draws,
+                                f"verify raised {type(exc).__name__}: {exc}", "L1")]
 
 
 # ------------------------------------------------------------------------------- L3
@@ -411,24 +410,18 @@ def _mmd_from_h(h: np.ndarray, alpha: float, cell: str, power: float) -> TestRes
 
 
 
-def _layer_wrapper(v: Any, plan: _Plan, st: Suite, scale: float, alpha_t: float, device: torch.device, base: int,
-                   beat: Callable[[str], None]) -> list[TestResult]:
-    out: list[TestResult] = []
-    fn = _wrapper_fn(v)
+def _run_wrapper_cell(v: Any, st: Suite, dim: int, scale: float, alpha_t: float, device: torch.device,
+                      base: int) -> list[TestResult]:
+    """The wrapper cell of dimension ``dim``, seeded by its identity: ``unit_seed(base, 3, dim)``."""
     n_rows = continuous.scaled(st.wrapper.n, scale, 64)
     n_rows += n_rows % 2
-    for j, dim in enumerate(st.wrapper.dims):
-        if dim not in plan.wrapper_dims:
-            continue
-        beat(f"L3 d={dim}")
-        try:
-            out += _wrapper_cell(fn, v, dim, st, n_rows, alpha_t, device, unit_seed(base, 3, j))
-        except DeviceError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            out.append(contract_result(f"d={dim}", "contract:no-exception", 1, n_rows,
-                                       f"verify_states raised {type(exc).__name__}: {exc}", "L3"))
-    return out
+    try:
+        return _wrapper_cell(_wrapper_fn(v), v, dim, st, n_rows, alpha_t, device, unit_seed(base, 3, dim))
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return [contract_result(f"d={dim}", "contract:no-exception", 1, n_rows,
+                                f"verify_states raised {type(exc).__name__}: {exc}", "L3")]
 
 
 # ------------------------------------------------------------------------------- L4
@@ -465,6 +458,151 @@ def _beat(heartbeat: Callable[[str], None] | None, progress: bool, t0: float) ->
     return beat
 
 
+# ------------------------------------------------------------------- cells (units of work)
+def plan_battery(verifier: Any, suite: Suite, *, layers: list[str], Ks: list[int] | None, scale: float) -> dict:
+    """The run's plan as plain JSON (needs the verifier: ``supports_K``, ``acceptance``): its name,
+    layers, grid cells ``[delta, K, n, label]``, continuous K, wrapper dims, whether it declares
+    its acceptance, the planned statistical tests without layer L4, and the skipped K."""
+    plan = _plan(verifier, suite, 0, layers=layers, Ks=Ks, scale=scale)
+    return {"verifier": getattr(verifier, "name", type(verifier).__name__), "layers": list(plan.layers),
+            "grid_cells": [[float(d), int(K), int(n), str(label)] for d, K, n, label in plan.grid_cells],
+            "continuous_Ks": [int(K) for K in plan.continuous_Ks], "wrapper_dims": [int(d) for d in plan.wrapper_dims],
+            "has_acceptance": bool(plan.has_acceptance), "n_stat": int(plan.n_stat),
+            "skipped_K": [int(K) for K in plan.skipped_K]}
+
+
+def _plan_of(plan: dict) -> _Plan:
+    grid = [(float(d), int(K), int(n), str(label)) for d, K, n, label in plan["grid_cells"]]
+    return _Plan(list(plan["layers"]), grid,
+                 list(plan["continuous_Ks"]), list(plan["wrapper_dims"]), bool(plan["has_acceptance"]),
+                 int(plan["n_stat"]), list(plan["skipped_K"]))
+
+
+def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:
+    """The cells that run before the plan's per-test level is known: the contract ``("L0",)`` and
+    the trajectory layer ``("L4",)`` (its number of tests is random, and Holm needs the count)."""
+    cells = [("L0",)] if "L0" in layers else []
+    return cells + ([("L4",)] if "L4" in layers and suite.trajectory is not None else [])
+
+
+def battery_cells(plan: dict) -> list[tuple]:
+    """The plan's other cells, in report order: ``("L1", grid-cell label)`` (layers 1-2 share
+    their draws), ``("L5", K)`` (the continuous layer at one K), ``("L3", dim)`` (the wrapper)."""
+    return ([("L1", label) for _, _, _, label in plan["grid_cells"]] + [("L5", K) for K in plan["continuous_Ks"]]
+            + [("L3", d) for d in plan["wrapper_dims"]])
+
+
+def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, alpha_t: float,
+             device: torch.device, scale: float) -> tuple[list[TestResult], Any]:
+    """One cell of a battery run: ``(results, screen)`` (the continuous layer's rows at that K for
+    localisation, else None). Its seed comes from its identity (``unit_seed(base, layer number,
+    label)``), so a cell gives the same results wherever and in whatever order it runs. The L0
+    and L4 cells need no plan; the others take the per-test level ``alpha_t`` of the whole family."""
+    layer = cell[0]
+    if layer == "L0":
+        return contract_checks(verifier, device=str(device), seed=unit_seed(base, 0), n=suite.contract_n), None
+    if layer == "L4":
+        return _layer_trajectory(verifier, suite.trajectory, scale, unit_seed(base, 4), device), None
+    if plan is None:
+        raise InputError(f"battery cell {cell!r} needs the run's plan")
+    if layer == "L1":
+        return _run_grid_cell(verifier, _plan_of(plan), suite, str(cell[1]), alpha_t, device, base), None
+    if layer == "L3":
+        return _run_wrapper_cell(verifier, suite, int(cell[1]), scale, alpha_t, device, base), None
+    if layer == "L5":
+        K = int(cell[1])
+        results, screens = continuous.run_layer(verifier, suite.continuous, Ks=[K], alpha=alpha_t, power=suite.power,
+                                                device=device, base_seed=base, scale=scale,
+                                                has_acceptance=bool(plan["has_acceptance"]),
+                                                heartbeat=lambda label: None)
+        return results, screens.get(K)
+    raise InputError(f"unknown battery cell {cell!r}; cells are ('L0',), ('L4',), ('L1', label), ('L5', K), "
+                     "('L3', dim)")
+
+
+def per_test_alpha(plan: dict, trajectory: list[TestResult], alpha: float) -> float:
+    """The binding per-test level alpha / m, m = the plan's statistical tests + layer L4's."""
+    return alpha / max(int(plan["n_stat"]) + sum(r.kind == "stat" for r in trajectory), 1)
+
+
+def check_evidence(plan: dict, suite: Suite, contract: list[TestResult], trajectory: list[TestResult],
+                   Ks: list[int] | None) -> None:
+    """A run that plans no statistical test has no verdict: :class:`InputError` (unless the
+    contract already failed, which is a verdict)."""
+    n_stat = int(plan["n_stat"]) + sum(r.kind == "stat" for r in trajectory)
+    if n_stat == 0 and all(r.passed for r in contract):
+        raise InputError(f"suite {suite.name!r} with layers={[LAYERS[x] for x in plan['layers']]} and Ks={Ks} "
+                         "selects no statistical test: no verdict from no evidence (choose layers or K the suite has)")
+
+
+def assemble_report(plan: dict, suite: Suite, *, base: int, alpha: float, device: str, scale: float,
+                    contract: list[TestResult], trajectory: list[TestResult] | None,
+                    cells: list[list[TestResult]]) -> BatteryReport:
+    """One report from the cells' results (``cells`` in :func:`battery_cells` order;
+    ``trajectory`` None: layer L4 was not run because the contract failed): the results in
+    layer order, Holm over the whole family at ``alpha``, the notes. No localisation yet."""
+    traj = trajectory or []
+    alpha_t = per_test_alpha(plan, traj, alpha)
+    for r in traj:
+        if r.kind == "stat":
+            r.threshold = alpha_t  # L4 tests are p-value tests: threshold on p
+    rep = BatteryReport(plan["verifier"], suite.name, base, alpha, alpha_t, device, power=suite.power, scale=scale,
+                        layers=list(plan["layers"]))
+    notes: list[str] = []
+    if trajectory is None and "L4" in plan["layers"] and suite.trajectory is not None:
+        notes.append("L4: not run (the contract failed, so sampler trajectories would only repeat it)")
+    if plan["skipped_K"]:
+        notes.append(f"K={plan['skipped_K']} skipped (supports_K is false)")
+    if plan["grid_cells"] and not plan["has_acceptance"]:
+        notes.append("L2: the verifier declares no acceptance(delta, K); only the list-bound tests ran")
+    results = list(contract) + [r for cell in cells for r in cell] + traj
+    n_planned = int(plan["n_stat"]) + sum(r.kind == "stat" for r in traj)
+    n_stat = sum(r.kind == "stat" for r in results)
+    if n_stat > n_planned:  # a layer ran more tests than planned: Holm keeps the family-wise rate
+        notes.append(f"{n_stat} statistical tests ran, {n_planned} planned; Holm over all of them")
+    holm_adjust(results, alpha)
+    rep.results, rep.notes = results, notes
+    return rep
+
+
+def failures_to_localise(rep: BatteryReport) -> list[TestResult]:
+    """The failed statistical tests (after Holm), the candidates of :func:`localise_report`."""
+    return [r for r in rep.results if r.kind == "stat" and not r.passed]
+
+
+def localise_report(verifier: Any, suite: Suite, plan: dict, failures: list[TestResult], screens: dict | None, *,
+                    base: int, alpha: float, alpha_t: float, device: torch.device, scale: float,
+                    heartbeat: Callable[[str], None] | None = None) -> tuple[list, list[str]]:
+    """Localise ``failures`` on fresh draws: ``(localisations, notes)``. ``screens`` None: the
+    continuous layer's rows are redrawn for the failing K (same seeds, so the same rows as the
+    run's; a worker that localises need not receive them)."""
+    cs = suite.continuous
+    try:
+        if screens is None:
+            needed = sorted({int(r.extra["K"]) for r in failures if "K" in r.extra} & set(plan["continuous_Ks"]))
+            screens = {}
+            for K in needed:
+                _, screen = run_cell(verifier, suite, ("L5", K), plan=plan, base=base, alpha_t=alpha_t,
+                                     device=device, scale=scale)
+                if screen is not None:
+                    screens[K] = screen
+        found = localise.localise(
+            verifier, failures, screens, alpha=alpha, refine=cs.refine if cs else 8,
+            confirm_n=continuous.scaled(cs.confirm_n if cs else 16384, scale, 256), device=device,
+            base_seed=unit_seed(base, 6), spec=cs, layer_n=continuous.scaled(cs.n, scale, 16) if cs else 0,
+            heartbeat=heartbeat or (lambda label: None))
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the verdict stands; only the localisation is lost
+        return [], [f"localisation not possible: the verifier raised {type(exc).__name__}: {exc}"]
+    return found, []
+
+
+def _cell_label(cell: tuple) -> str:
+    return {"L0": "L0 contract", "L4": "L4 trajectory", "L5": f"L5 continuous K={cell[-1]}",
+            "L3": f"L3 d={cell[-1]}"}.get(cell[0], f"{cell[0]} {cell[-1]}")
+
+
 def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cpu", seed: int | None = None,
                 progress: bool = False, family_alpha: float | None = None, layers: Any = None, Ks: Any = None,
                 scale: float = 1.0, heartbeat: Callable[[str], None] | None = None,
@@ -479,6 +617,11 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     or a selection with no statistical test, :class:`LoadError` for an unloadable verifier or
     suite, :class:`DeviceError` for an unusable device; whatever the verifier does wrong
     (raises, NaN, wrong law) is a failed test in the report.
+
+    The run is a set of cells (:func:`first_cells`, :func:`battery_cells`), each seeded from
+    its identity and run by :func:`run_cell`, merged by :func:`assemble_report` with Holm over
+    the whole family; ``speccheck.scale.jobs.battery_job`` runs the same cells as units on
+    several processes and gives the same report.
     """
     t0, c0 = time.perf_counter(), time.process_time()
     seed = _check_seed(seed)
@@ -497,62 +640,34 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     base = st.seed if seed is None else seed
     alpha = st.family_alpha if alpha_opt is None else alpha_opt
     beat = _beat(heartbeat, progress, t0)
-    results: list[TestResult] = []
-    notes: list[str] = []
-    if "L0" in lay:
-        beat("L0 contract")
-        results += contract_checks(v, device=str(dev), seed=unit_seed(base, 0), n=st.contract_n)
-    contract_ok = all(r.passed for r in results)
-    traj: list[TestResult] = []
-    if "L4" in lay and st.trajectory is not None:
-        if contract_ok:  # first: the number of strata (hence tests) is random, and Holm needs the count
-            beat("L4 trajectory")
-            traj = _layer_trajectory(v, st.trajectory, scale, unit_seed(base, 4), dev)
-        else:
-            notes.append("L4: not run (the contract failed, so sampler trajectories would only repeat it)")
-    plan = _plan(v, st, sum(r.kind == "stat" for r in traj), layers=lay, Ks=Ks, scale=scale)
-    if plan.n_stat == 0 and contract_ok:
-        raise InputError(f"suite {st.name!r} with layers={[LAYERS[x] for x in lay]} and Ks={Ks} selects no "
-                         "statistical test: no verdict from no evidence (choose layers or K the suite has)")
-    alpha_t = alpha / max(plan.n_stat, 1)
-    for r in traj:
-        if r.kind == "stat":
-            r.threshold = alpha_t  # L4 tests are p-value tests: threshold on p
-    rep = BatteryReport(getattr(v, "name", type(v).__name__), st.name, base, alpha, alpha_t, str(dev),
-                        power=st.power, scale=scale, layers=lay)
-    if plan.skipped_K:
-        notes.append(f"K={plan.skipped_K} skipped (supports_K is false)")
-    if plan.grid_cells:
-        results += _layer_grid(v, plan, st, alpha_t, dev, base, beat)
-        if not plan.has_acceptance:
-            notes.append("L2: the verifier declares no acceptance(delta, K); only the list-bound tests ran")
-    screens: dict = {}
-    if plan.continuous_Ks:
-        res, screens = continuous.run_layer(v, st.continuous, Ks=plan.continuous_Ks, alpha=alpha_t, power=st.power,
-                                            device=dev, base_seed=base, scale=scale,
-                                            has_acceptance=plan.has_acceptance, heartbeat=beat)
-        results += res
-    if plan.wrapper_dims:
-        results += _layer_wrapper(v, plan, st, scale, alpha_t, dev, base, beat)
-    results += traj
-    n_stat = sum(r.kind == "stat" for r in results)
-    if n_stat > plan.n_stat:  # a layer ran more tests than planned: Holm keeps the family-wise rate
-        notes.append(f"{n_stat} statistical tests ran, {plan.n_stat} planned; Holm over all of them")
-    holm_adjust(results, alpha)
-    rep.results, rep.notes = results, notes
-    failed_stat = [r for r in results if r.kind == "stat" and not r.passed]
+
+    def cell_results(cell: tuple, plan: dict | None, alpha_t: float) -> tuple[list[TestResult], Any]:
+        beat(_cell_label(cell))
+        return run_cell(v, st, cell, plan=plan, base=base, alpha_t=alpha_t, device=dev, scale=scale)
+
+    contract: list[TestResult] = []
+    trajectory: list[TestResult] | None = None
+    for cell in first_cells(st, lay):
+        if cell[0] == "L0":
+            contract = cell_results(cell, None, alpha)[0]
+        elif all(r.passed for r in contract):  # L4 only on a verifier that keeps the contract
+            trajectory = cell_results(cell, None, alpha)[0]
+    plan = plan_battery(v, st, layers=lay, Ks=Ks, scale=scale)
+    check_evidence(plan, st, contract, trajectory or [], Ks)
+    alpha_t = per_test_alpha(plan, trajectory or [], alpha)
+    cells, screens = [], {}
+    for cell in battery_cells(plan):
+        results, screen = cell_results(cell, plan, alpha_t)
+        cells.append(results)
+        if screen is not None:
+            screens[int(cell[1])] = screen
+    rep = assemble_report(plan, st, base=base, alpha=alpha, device=str(dev), scale=scale, contract=contract,
+                          trajectory=trajectory, cells=cells)
+    failed_stat = failures_to_localise(rep)
     if failed_stat and localise_failures:
-        cs = st.continuous
-        try:
-            rep.localisations = localise.localise(
-                v, failed_stat, screens, alpha=alpha, refine=cs.refine if cs else 8,
-                confirm_n=continuous.scaled(cs.confirm_n if cs else 16384, scale, 256), device=dev,
-                base_seed=unit_seed(base, 6), spec=cs, layer_n=continuous.scaled(cs.n, scale, 16) if cs else 0,
-                heartbeat=beat)
-        except DeviceError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the verdict stands; only the localisation is lost
-            notes.append(f"localisation not possible: the verifier raised {type(exc).__name__}: {exc}")
+        rep.localisations, notes = localise_report(v, st, plan, failed_stat, screens, base=base, alpha=alpha,
+                                                   alpha_t=alpha_t, device=dev, scale=scale, heartbeat=beat)
+        rep.notes += notes
     rep.wall_s = time.perf_counter() - t0
     rep.cpu_s = time.process_time() - c0
     return rep

@@ -126,14 +126,15 @@ def test_same_results_with_1_and_2_workers_and_a_scheduler(cluster, tmp_path, ti
     jobs = [["sweep", "--verifiers", "rmc", "dgrs", "--cells", "2x2", "1x3", "--trajectories", "4",
              "--steps", "8", "--name", "s", "--no-progress"],
             ["calibrate", "--suite", tiny_suite, "--verifier", "dgrs", "--seeds", "2", "--name", "c",
-             "--no-progress"]]
+             "--no-progress"],
+            ["battery", "--verifier", "dgrs", "--suite", tiny_suite, "--no-progress"]]  # its cells as units
     stores = {}
     for label, how in (("one", ["--workers", "1"]), ("two", ["--workers", "2"]), ("remote", ["--scheduler", address])):
         stores[label] = tmp_path / f"{label}.sqlite"
         for job in jobs:
             assert main([*job, *how, "--store", str(stores[label])]) == 0, (label, job)
     one = _units(stores["one"])
-    assert len(one) == 4 + 2
+    assert len(one) == 4 + 2 + 4  # the battery: its plan, the contract, two grid cells
     assert _units(stores["two"]) == one
     assert _units(stores["remote"]) == one
     with sqlite3.connect(stores["two"]) as db:  # the units really ran in other processes

@@ -116,10 +116,12 @@ def test_calibrate_split_runs_equal_one_run(tmp_path, capsys, tiny_suite):
     assert main(base + ["--seeds", "4", "--store", str(split), "--summarise-only", "--json",
                         str(tmp_path / "a.json")]) == 0
     assert main(base + ["--seeds", "4", "--store", str(whole), "--json", str(tmp_path / "b.json")]) == 0
+    assert main(base + ["--seeds", "4", "--store", str(tmp_path / "cells.sqlite"), "--cells", "--json",
+                        str(tmp_path / "c.json")]) == 0  # every run split into its cells: the same records
     out = capsys.readouterr().out
     assert "consistent" in out and "seeds 1..4 (4 distinct)" in out
     a, b = json.loads((tmp_path / "a.json").read_text()), json.loads((tmp_path / "b.json").read_text())
-    assert a == b
+    assert a == b == json.loads((tmp_path / "c.json").read_text())
     assert a["rules"]["dgrs"]["runs"] == 4 and a["pooled"]["runs"] == 8 and a["consistent"]
     assert {(r["rule"], r["seed"]) for r in a["records"]} == {(r, s) for r in ("dgrs", "rmc") for s in range(1, 5)}
     with sqlite3.connect(whole) as db:  # the stored seed is the battery seed
