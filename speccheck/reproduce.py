@@ -24,9 +24,12 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from speccheck.errors import EXIT_OK, InputError, LoadError
+
+if TYPE_CHECKING:
+    from speccheck.scale.executors import Executor
 
 
 @dataclass(frozen=True)
@@ -281,46 +284,53 @@ def e2e_summaries(root: Path) -> list[Path]:
 # ---------------------------------------------------------------------------- battery
 BATTERY_RULES = ("rmc", "dgrs", "rass", "rass-icdf", "mcrs")
 CALIBRATION_SEEDS = range(1, 201)
+CALIBRATION_RULES = ("rmc", "dgrs", "rass", "rass-icdf")
 
 
-def battery_reports(root: Path) -> list[Path]:
-    """The gate suite on every built-in rule (validation/reports/gate-<rule>.{txt,json})."""
-    from speccheck.validation.battery import run_battery
+def battery_reports(root: Path, executor: Executor | None = None) -> list[Path]:
+    """The gate suite on every built-in rule (validation/reports/gate-<rule>.{txt,json}), each run
+    split into its cells on ``executor`` (``speccheck.scale.jobs.battery_job``; in-process if None)."""
+    from speccheck.scale.jobs import battery_job
     from speccheck.validation.report import format_report, write_json
+    from speccheck.validation.results import BatteryReport
 
     out = root / "validation" / "reports"
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for rule in BATTERY_RULES:
-        report = run_battery(rule, "gate")
+        report = BatteryReport.from_dict(battery_job(rule, "gate", executor=executor))
         (out / f"gate-{rule}.txt").write_text(format_report(report, verbose=True) + "\n")
         write_json(report, str(out / f"gate-{rule}.json"))
         written += [out / f"gate-{rule}.txt", out / f"gate-{rule}.json"]
     return written
 
 
-def kill_matrix(root: Path) -> list[Path]:
-    """Every mutant under the gate suite (validation/reports/kill_matrix.txt)."""
-    from speccheck.validation.mutants import run_mutants
+def kill_matrix(root: Path, executor: Executor | None = None) -> list[Path]:
+    """Every mutant under the gate suite (validation/reports/kill_matrix.txt), one unit per mutant
+    on ``executor`` (``speccheck.scale.jobs.mutant_matrix``; in-process if None)."""
+    from speccheck.scale.jobs import battery_reports as reports_from_dicts
+    from speccheck.scale.jobs import mutant_matrix
     from speccheck.validation.report import format_kill_matrix
 
     path = root / "validation" / "reports" / "kill_matrix.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(format_kill_matrix(run_mutants("gate")) + "\n")
+    reports = reports_from_dicts(mutant_matrix("gate", executor=executor))
+    path.write_text(format_kill_matrix(reports) + "\n")
     return [path]
 
 
-def calibration(root: Path) -> list[Path]:
+def calibration(root: Path, executor: Executor | None = None, seeds: range = CALIBRATION_SEEDS) -> list[Path]:
     """Gate-suite false-failure rate of the correct rules over 200 battery seeds.
 
-    Writes validation/reports/calibration_gate{,_mcrs}.{txt,json} via speccheck.scale.jobs.calibrate."""
+    Writes validation/reports/calibration_gate{,_mcrs}.{txt,json} via speccheck.scale.jobs.calibrate
+    (one unit per battery run on ``executor``; in-process if None)."""
     from speccheck.scale.jobs import calibrate, format_calibration, write_json
 
     out = root / "validation" / "reports"
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for stem, rules in (("calibration_gate", ("rmc", "dgrs", "rass")), ("calibration_gate_mcrs", ("mcrs",))):
-        summary = calibrate("gate", list(rules), seeds=CALIBRATION_SEEDS)
+    for stem, rules in (("calibration_gate", CALIBRATION_RULES), ("calibration_gate_mcrs", ("mcrs",))):
+        summary = calibrate("gate", list(rules), seeds=seeds, executor=executor)
         (out / f"{stem}.txt").write_text(format_calibration(summary) + "\n")
         write_json(summary, str(out / f"{stem}.json"))
         written += [out / f"{stem}.txt", out / f"{stem}.json"]
@@ -361,10 +371,10 @@ REGISTRY: dict[str, Artefact] = dict([
            ("speccheck.validation.e2e:run_e2e_grid", "speccheck.validation.e2e:write_json")),
     _entry("battery-reports", battery_reports, ("validation/reports/gate-<rule>.txt",
                                                 "validation/reports/gate-<rule>.json"), "~10 min",
-           ("speccheck.validation.battery:run_battery", "speccheck.validation.report:format_report",
+           ("speccheck.scale.jobs:battery_job", "speccheck.validation.report:format_report",
             "speccheck.validation.report:write_json")),
     _entry("kill-matrix", kill_matrix, ("validation/reports/kill_matrix.txt",), "~1 h",
-           ("speccheck.validation.mutants:run_mutants", "speccheck.validation.report:format_kill_matrix")),
+           ("speccheck.scale.jobs:mutant_matrix", "speccheck.validation.report:format_kill_matrix")),
     _entry("calibration", calibration, ("validation/reports/calibration_gate.txt",
                                         "validation/reports/calibration_gate.json",
                                         "validation/reports/calibration_gate_mcrs.txt",
@@ -374,16 +384,23 @@ REGISTRY: dict[str, Artefact] = dict([
 ])
 
 
-def reproduce(name: str, root: str | Path = ".") -> list[Path]:
+EXECUTOR_ARTEFACTS = ("battery-reports", "kill-matrix", "calibration")
+
+
+def reproduce(name: str, root: str | Path = ".", executor: Executor | None = None) -> list[Path]:
     """Regenerate artefact ``name`` under ``root`` (the repository root by default); returns the
-    paths written. InputError for an unknown name, LoadError when a piece it needs is missing."""
+    paths written. ``executor`` runs the units of the battery artefacts (:data:`EXECUTOR_ARTEFACTS`;
+    in-process if None). InputError for an unknown name, LoadError when a piece it needs is missing."""
     if name not in REGISTRY:
         raise InputError(f"unknown artefact {name!r}; `speccheck reproduce --list` names them: {sorted(REGISTRY)}")
     artefact = REGISTRY[name]
     missing = missing_needs(artefact)
     if missing:
         raise LoadError(f"reproduce {name}: needs {', '.join(missing)}, which this installation does not have")
-    return list(resolve(artefact.func)(Path(root)))
+    func = resolve(artefact.func)
+    if name in EXECUTOR_ARTEFACTS:
+        return list(func(Path(root), executor=executor))
+    return list(func(Path(root)))
 
 
 def format_list() -> str:
@@ -409,6 +426,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default=".", metavar="DIR",
                         help="output root the artefact paths are relative to (default: the current directory, "
                              "the repository root)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="battery-reports, kill-matrix, calibration: local worker processes for their units "
+                             "(default 1 = in this process, no Dask)")
+    parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                        help="battery-reports, kill-matrix, calibration: run their units on an existing Dask cluster")
     parser.set_defaults(func=command)
 
 
@@ -422,6 +444,19 @@ def command(args: argparse.Namespace) -> int:
     root = Path(args.out)
     if root.exists() and not root.is_dir():
         raise InputError(f"--out {args.out!r} is a file; give a directory")
-    for path in reproduce(args.name, root):
+    if args.name not in EXECUTOR_ARTEFACTS:
+        if args.workers != 1 or args.scheduler:
+            raise InputError(f"--workers/--scheduler apply only to {', '.join(EXECUTOR_ARTEFACTS)}, not {args.name!r}")
+        written = reproduce(args.name, root)
+    else:
+        from speccheck.scale.executors import make_executor
+
+        executor = make_executor(workers=None if args.scheduler else args.workers, scheduler=args.scheduler,
+                                 progress=True)
+        try:
+            written = reproduce(args.name, root, executor=executor)
+        finally:
+            executor.close()
+    for path in written:
         print(path, file=sys.stdout, flush=True)
     return EXIT_OK

@@ -108,3 +108,20 @@ def test_cli_lists_the_registry(capsys):
     assert "paper-claims" in capsys.readouterr().out
     assert main(["reproduce", "no-such-artefact"]) == 2
     assert "unknown artefact" in capsys.readouterr().err
+
+
+def test_executor_options_only_for_unit_artefacts(tmp_path, monkeypatch):
+    from speccheck import cli
+
+    assert cli.main(["reproduce", "golden", "--workers", "2", "--out", str(tmp_path)]) == 2
+    assert cli.main(["reproduce", "kill-matrix", "--workers", "0", "--out", str(tmp_path)]) == 2
+    calls = []
+
+    def fake_kill_matrix(root, executor=None):
+        calls.append(type(executor).__name__)
+        return [root / "validation" / "reports" / "kill_matrix.txt"]
+
+    monkeypatch.setattr(rp, "kill_matrix", fake_kill_matrix)
+    monkeypatch.setattr(rp, "resolve", lambda spec: fake_kill_matrix)
+    assert cli.main(["reproduce", "kill-matrix", "--out", str(tmp_path)]) == 0
+    assert calls == ["InProcessExecutor"]
