@@ -1,4 +1,4 @@
-"""Battery wall and CPU time per built-in rule, as ratios against the budgets.
+"""Battery wall and CPU time per built-in rule, as ratios against the budgets, with the wall time per layer.
 
     python benchmarks/bench_battery.py                       # gate and smoke, every built-in rule
     python benchmarks/bench_battery.py --suite smoke --rules dgrs rmc
@@ -12,26 +12,78 @@ shared machine the wall clock is inflated by other processes: the CPU-time ratio
 load does not change. The baseline measured in the
 same run is the D-GRS row (the fastest kernel): ratios of the other rules to it are printed
 too, so a slow rule shows up whatever the load.
+
+Per layer: the battery calls ``heartbeat(label)`` at the start of every unit of work, labels
+starting with the layer id (``L0`` contract, ``L1``/``L2`` scalar grid, ``L3`` wrapper, ``L4``
+trajectory, ``L5`` continuous); the wall time from one label to the next is charged to the
+first one's layer (the report assembly after the last unit to the last layer). Printed per
+layer: wall and CPU seconds, the layer's share of the run's CPU time, and its CPU time relative
+to D-GRS's same layer (the load-independent comparison).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import torch
 
 BUDGET_S = {"gate": 60.0, "smoke": 15.0}
 RULES = ("rmc", "dgrs", "rass", "rass-icdf", "mcrs")
+LAYER_OF = re.compile(r"^(L\d)")
 
 
-def time_run(rule: str, suite: str, **options: object) -> tuple[float, float, bool, int]:
-    """(wall s, CPU s, passed, tests) of one battery run."""
+class LayerClock:
+    """heartbeat(label) callback that charges the wall and CPU time between labels to their layers."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._layer: str | None = None
+        self._since = time.perf_counter()
+        self._cpu_since = time.process_time()
+
+    def __call__(self, label: str) -> None:
+        self._charge()
+        match = LAYER_OF.match(label)
+        self._layer = match.group(1) if match else "other"
+
+    def _charge(self) -> None:
+        now, cpu_now = time.perf_counter(), time.process_time()
+        if self._layer is not None:
+            self.seconds[self._layer] = self.seconds.get(self._layer, 0.0) + now - self._since
+            self.cpu[self._layer] = self.cpu.get(self._layer, 0.0) + cpu_now - self._cpu_since
+        self._since, self._cpu_since = now, cpu_now
+
+    def stop(self) -> dict[str, tuple[float, float]]:
+        """{layer: (wall s, CPU s)}."""
+        self._charge()
+        self._layer = None
+        return {layer: (self.seconds[layer], self.cpu[layer]) for layer in sorted(self.seconds)}
+
+
+def time_run(rule: str, suite: str, **options: object
+             ) -> tuple[float, float, bool, int, dict[str, tuple[float, float]]]:
+    """(wall s, CPU s, passed, tests, (wall s, CPU s) per layer) of one battery run."""
     from speccheck.validation.battery import run_battery
 
+    clock = LayerClock()
     w0, c0 = time.perf_counter(), time.process_time()
-    rep = run_battery(rule, suite, **options)
-    return time.perf_counter() - w0, time.process_time() - c0, rep.passed, len(rep.results)
+    rep = run_battery(rule, suite, heartbeat=clock, **options)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    return wall, cpu, rep.passed, len(rep.results), clock.stop()
+
+
+def layer_line(layers: dict[str, tuple[float, float]], base: dict[str, tuple[float, float]] | None) -> str:
+    """'L0 wall 0.4 s CPU 0.3 s (1% of the CPU) ...' with, given D-GRS's layers, each layer's
+    CPU time relative to D-GRS's same layer."""
+    total_cpu = max(sum(c for _, c in layers.values()), 1e-9)
+    parts = []
+    for layer, (wall, cpu) in layers.items():
+        ratio = f", {cpu / base[layer][1]:.2f} x dgrs" if base and base.get(layer, (0, 0))[1] > 0 else ""
+        parts.append(f"{layer} wall {wall:5.1f} s CPU {cpu:5.1f} s ({cpu / total_cpu:4.0%}{ratio})")
+    return "   per layer: " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,16 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
-    for rule in args.rules:
+    base_layers: dict[str, dict[str, tuple[float, float]]] = {}
+    rules = sorted(args.rules, key=lambda r: r != "dgrs")  # D-GRS first: the per-layer baseline
+    for rule in rules:
         for suite in args.suite:
             if not args.no_warmup:
-                w, c, _, _ = time_run(rule, suite, layers=["scalar", "continuous"], scale=0.1)
+                w, c, _, _, _ = time_run(rule, suite, layers=["scalar", "continuous"], scale=0.1)
                 print(f"{rule:10s} {suite:6s} warm-up (caches): wall {w:6.1f} s  CPU {c:6.1f} s", flush=True)
-            w, c, ok, n = time_run(rule, suite)
+            w, c, ok, n, layers = time_run(rule, suite)
+            if rule == "dgrs":
+                base_layers[suite] = layers
             rows.append((rule, suite, w, c, ok, n))
             budget = BUDGET_S[suite]
             print(f"{rule:10s} {suite:6s} wall {w:6.1f} s ({w / budget:4.2f} x budget {budget:.0f} s)  "
                   f"CPU {c:6.1f} s ({c / budget:4.2f} x budget)  {'PASS' if ok else 'FAIL'} ({n} tests)", flush=True)
+            print(layer_line(layers, None if rule == "dgrs" else base_layers.get(suite)), flush=True)
     base = {s: c for r, s, _, c, _, _ in rows if r == "dgrs"}
     if base:
         print("CPU time relative to dgrs in the same run:")

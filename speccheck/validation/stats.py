@@ -251,11 +251,14 @@ def _shift_power(probs: np.ndarray, counts: np.ndarray, crit: float, power: floa
 
     if miss(1.0) > 1.0 - power:
         return math.inf
-    a, b = 0.0, 1.0
-    for _ in range(30):
+    a, b = 0.0, 1.0  # invariant: the power at b is >= power, so b is a valid (conservative) MDD
+    while b - a > max(MDD_RTOL * b, 1e-12):
         m = 0.5 * (a + b)
         a, b = (a, m) if miss(m) <= 1.0 - power else (m, b)
     return b
+
+
+MDD_RTOL = 1e-4  # minimum detectable deviations are bracketed to 4 significant digits (reported: b)
 
 
 def bernoulli_sum_test(k: int, probs: np.ndarray, alpha: float, *, counts: np.ndarray | None = None,
@@ -340,17 +343,27 @@ def holm_adjust(results: Sequence[TestResult], alpha: float) -> None:
     level alpha / m (Holm's first step: with no rejection it is exactly the binding one).
     Contract and skip results are untouched.
     """
-    from statsmodels.stats.multitest import multipletests
-
     fam = [r for r in results if r.kind == "stat"]
     if not fam:
         return
     p = np.array([r.p_value for r in fam], np.float64)
-    p = np.where(np.isfinite(p), p, 0.0)
-    reject, p_adj, _, _ = multipletests(p, alpha=alpha, method="holm")
-    for r, rej, pa in zip(fam, reject, p_adj):
-        r.passed = bool(not rej)
+    p_adj = holm_pvalues(np.where(np.isfinite(p), p, 0.0))
+    for r, pa in zip(fam, p_adj):
+        r.passed = bool(pa > alpha)
         r.extra["p_holm"] = float(pa)
+
+
+def holm_pvalues(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values: with p_(1) <= ... <= p_(m) sorted, p~_(i) = min(1, max over j <= i
+    of (m - j + 1) p_(j)); the step-down at rate alpha rejects exactly the tests with p~ <= alpha
+    (the first sorted p_(j) > alpha / (m - j + 1) stops it: every later p~ exceeds alpha too)."""
+    p = np.asarray(p, np.float64).ravel()
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * np.arange(m, 0, -1)))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
 
 
 def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:

@@ -24,7 +24,8 @@ Two samplers, both exact:
 * ``icdf``: inverse CDF. The residual's support inside [delta - 12, delta + 12] (outside it the
   residual mass is < 4e-33) is cut into cells of width 1/32; sign changes of h at the cell
   edges locate the crossings of q and p, refined by a 16-section search (a fixed number of
-  steps) to machine precision, so each
+  steps) to within 1/32 * 16^-8 ~ 7e-12 (a root off by eps moves O(eps^2) of mass: r vanishes
+  linearly at a crossing, and no GL node lies within eps of a cell end), so each
   cell's positive part [a', b'] is known. On [a', b'] the residual is sampled at the 8
   Gauss-Legendre nodes; its degree-7 interpolant (relative error ~ (w/2)^8 / 8! |r^(8)/r|,
   below 1e-15 near delta and 1e-11 twelve units out, for the cell width w = 1/32)
@@ -33,6 +34,19 @@ Two samplers, both exact:
   Groups with delta > 40 draw from q itself (equal to the residual in float64).
   A positive bump narrower than one cell, with no sign change at the cell edges, would be
   missed (its mass is O(width^3)); the crossing counts of SPEC section 1 are far apart.
+
+  Many groups (rows with their own delta, e.g. the battery's continuous layer): a caller that
+  can tabulate log B on the absolute grid s = k/32 once per rule parameter (RASS: per grid
+  point of its rank weights; D-GRS: a constant) passes it as :class:`GridLogB`. Chunks of more
+  than :data:`DENSE_GROUPS` groups then anchor their window on that grid (k0 = floor(32 (delta
+  - 12)), N_GRID_CELLS = 769 cells: it still contains [delta - 12, delta + 12]), read log B at
+  the edges and GL nodes from the tables, evaluate nodes only on the cells inside the support
+  (compacted: the ~45% outside carry no mass) and call ``log_b`` only at the crossing cells,
+  whose roots are bracketed by the cell's 10 known points (ends and GL nodes: width <= 5.7e-3)
+  and refined by :data:`ILLINOIS_STEPS` Illinois steps (one evaluation each instead of the
+  16-section's 15; the roots agree with a 14-step 16-section search to 2e-15 at K = 2 and
+  5e-11 at K = 64, the resolution of h itself there). Same cells, nodes and polynomials, so
+  the same accuracy; the cost per group no longer grows with the cost of log B (RASS: K).
 
 Device discipline (issue 17): host syncs and kernel launches per call are bounded by constants
 independent of the batch size (one count per rejection round, one convergence check per
@@ -59,9 +73,31 @@ ProposeFn = Callable[["Tensor | None", int], Tensor]
 # (rows=None in sample_rejection means all rows, s then has shape [n, 1]).
 LogBFn = Callable[[Tensor, Tensor], Tensor]
 
+
+class GridLogB(NamedTuple):
+    """log B tabulated on the absolute s-grid k * CELL (k integral, float64), for
+    :func:`sample_icdf`: ``edges(k0[U], groups[U])`` -> log B of each group at the edges of the
+    window that starts at k0 ([U, N_GRID_CELLS + 1], or [U, 1] if constant in s);
+    ``nodes(k[n], groups[n])`` -> log B at the GL nodes of cells k ([n, N_GL] or [n, 1]); both at
+    the points :func:`grid_window` / :func:`grid_nodes` give, bit for bit. ``prepare(groups)``
+    (optional): told once per call, on the host, which groups will be read (so tables are built
+    for those only). ``log_b_max`` (optional): sup of log B; cells whose left end has
+    delta (s - delta/2) - log_b_max > :data:`FAR_H` then skip log B altogether (there
+    h > FAR_H, so the residual equals q to the last bit)."""
+
+    edges: Callable[[Tensor, Tensor], Tensor]
+    nodes: Callable[[Tensor, Tensor], Tensor]
+    prepare: Callable[[np.ndarray], None] | None = None
+    log_b_max: float | None = None  # an upper bound of log B over all s and groups (enables the far path)
+
+
+FAR_H = 40.0  # h above this: 1 - exp(-h) == 1.0 in float64 (exp(-40) = 4e-18 < 2^-54), so r = q exactly
+
+
 WINDOW = 12.0  # half-width of the residual window around delta
 CELL = 1.0 / 32.0
 N_CELLS = int(round(2 * WINDOW / CELL))
+N_GRID_CELLS = N_CELLS + 1  # a window anchored on the absolute grid k * CELL still covers [delta - 12, delta + 12]
 N_GL = 8
 
 
@@ -103,10 +139,16 @@ def log_ratio(s: Tensor, delta: Tensor, log_b: Tensor) -> Tensor:
 
 
 def residual_density(s: Tensor, delta: Tensor, log_b: Tensor) -> Tensor:
-    """(q - p)_+(s) = q(s) (1 - exp(-h(s)))_+ with full relative precision."""
-    h = log_ratio(s, delta, log_b)
-    q = torch.exp(-0.5 * (s - delta) ** 2 - LOG_SQRT_2PI)
-    return torch.clamp(q * -torch.expm1(-h), min=0.0)
+    """(q - p)_+(s) = q(s) (1 - exp(-h(s)))_+ with full relative precision.
+
+    Written as -min(0, q(s) expm1(-h(s))) with -h = log B - delta (s - delta/2) formed directly
+    and log q by one fused multiply-add: the fewest passes over [n, m] (this is the inverse-CDF
+    tables' inner loop)."""
+    z = s - delta
+    minus_h = log_b - delta * (s - 0.5 * delta)  # -h, in log_ratio's overflow-free form
+    log_q = torch.addcmul(torch.full((), -LOG_SQRT_2PI, dtype=z.dtype, device=z.device), z, z, value=-0.5)
+    r = torch.exp(log_q).mul_(torch.expm1(minus_h))
+    return r.clamp_(max=0.0).neg_()  # >= 0 (a clamped point may read -0.0)
 
 
 def scan_sum(x: Tensor) -> Tensor:
@@ -300,9 +342,14 @@ def sample_rejection(
 
 # ----------------------------------------------------------------------------- inverse CDF
 SECTIONS = 16  # points per bracket and step of the crossing search
-SECTION_STEPS = 14  # a 1/32 cell cut 16-fold 14 times: 2^-61, below the float64 spacing of every |s| >= 2^-9
+# a 1/32 cell cut 16-fold 8 times: brackets of 2^-37 ~ 7e-12. A root error eps costs at most
+# ~ q |h'| eps^2 / 2 of residual mass per crossing (r = q (1 - e^-h) vanishes linearly there), i.e.
+# < 1e-20 relative to the cell's mass for |h'| < 1e3, and the cell's GL nodes (>= 0.02 of its
+# width from its ends) never see the clamped side: below float64 resolution of every mass.
+SECTION_STEPS = 8
 NEWTON_STEPS = 8  # Newton steps between convergence checks (one check suffices in practice)
 DENSE_GROUPS = 8  # up to this many groups per chunk: search every cell (no compaction sync)
+GRID_CHUNK_GROUPS = 256  # most groups per chunk with grid tables (larger chunks measured slower: cache)
 HUGE_DELTA = 40.0  # beyond: (q - p)_+ / mass equals q to float64 precision on q's window
 
 
@@ -323,6 +370,35 @@ def _bisect_crossings(lo: Tensor, hi: Tensor, delta: Tensor, groups: Tensor, log
         hi = torch.where(before < SECTIONS - 1, lo + width * ((k_lo + 1.0) / SECTIONS), hi)
         lo = new_lo
     return 0.5 * (lo + hi)
+
+
+ILLINOIS_STEPS = 8  # secant steps of the grid path's crossing search, from a GL-node bracket
+
+
+def _illinois_crossings(lo: Tensor, hi: Tensor, h_lo: Tensor, h_hi: Tensor, delta: Tensor, groups: Tensor,
+                        log_b: LogBFn) -> Tensor:
+    """Root of h in [lo, hi] (h(lo), h(hi) of opposite signs; all [n]) by :data:`ILLINOIS_STEPS`
+    steps of the Illinois method (regula falsi that halves the stale end's value when the same
+    end moves twice): one evaluation of h per step, a bracket kept throughout, superlinear
+    convergence (order ~1.44) at a simple root. From a bracket of width <= 5.7e-3 (the cell's GL
+    nodes) on the smooth h, 8 steps reach the float64 resolution of the root; the root error
+    eps only moves ~q |h'| eps^2 / 2 of residual mass in any case. Returns the end of the final
+    bracket with the smaller |h| (no host check)."""
+    t_lo, t_hi = h_lo.clone(), h_hi.clone()  # true values (h_lo, h_hi get halved)
+    moved_hi = torch.zeros_like(lo, dtype=torch.bool)
+    moved_lo = torch.zeros_like(moved_hi)
+    for _ in range(ILLINOIS_STEPS):
+        denom = h_hi - h_lo
+        x = hi - h_hi * (hi - lo) / torch.where(denom != 0, denom, 1.0)
+        x = torch.where((x > lo) & (x < hi) & (denom != 0), x, 0.5 * (lo + hi))
+        h_x = log_ratio(x[:, None], delta[:, None], log_b(x[:, None], groups))[:, 0]
+        to_hi = (h_x > 0) == (t_hi > 0)  # x replaces the end with its sign
+        h_lo = torch.where(to_hi & moved_hi, 0.5 * h_lo, h_lo)  # Illinois: the stale end's weight halves
+        h_hi = torch.where(~to_hi & moved_lo, 0.5 * h_hi, h_hi)
+        hi, h_hi, t_hi = torch.where(to_hi, x, hi), torch.where(to_hi, h_x, h_hi), torch.where(to_hi, h_x, t_hi)
+        lo, h_lo, t_lo = torch.where(to_hi, lo, x), torch.where(to_hi, h_lo, h_x), torch.where(to_hi, t_lo, h_x)
+        moved_hi, moved_lo = to_hi, ~to_hi
+    return torch.where(t_lo.abs() < t_hi.abs(), lo, hi)
 
 
 def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -357,6 +433,94 @@ def _cell_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn) -> tuple[Tensor
     mass = half * (r @ gw)
     cum = scan_sum(mass)
     return a2, b2, r, mass, cum
+
+
+def grid_nodes(k: Tensor) -> Tensor:
+    """GL nodes (k + 1/2) CELL + x_i CELL / 2 of the grid cells k (integral float64, any shape;
+    result k.shape + (N_GL,)): values that depend on the integer k only."""
+    return ((k + 0.5) * CELL)[..., None] + (0.5 * CELL) * _consts(k.device)[0]
+
+
+def grid_window(k0: Tensor, n_cells: int) -> tuple[Tensor, Tensor]:
+    """Points of the absolute s-grid window that starts at s = k0 * CELL (k0 [U], integral
+    float64): edges (k0 + j) CELL, j = 0..n_cells ([U, n_cells + 1]), and each cell's GL nodes
+    (:func:`grid_nodes`, [U, n_cells, N_GL]). The values depend on the integer k0 + j only, so a
+    table built on one window and a row reading a sub-window or single cells agree bit for bit."""
+    k = k0[:, None] + torch.arange(n_cells + 1, dtype=torch.float64, device=k0.device)
+    return k * CELL, grid_nodes(k[:, :-1])
+
+
+def grid_start(delta: Tensor) -> Tensor:
+    """k0 = floor((delta - WINDOW) / CELL): the first grid edge of delta's window (float64)."""
+    return torch.floor((delta - WINDOW) / CELL)
+
+
+def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: GridLogB
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`_cell_tables` on the absolute grid window [k0 CELL, (k0 + N_GRID_CELLS) CELL]
+    (which contains [delta - 12, delta + 12]), with log B at its edges and at the GL nodes of
+    the cells inside the residual's support read from ``grid`` (tabulated once per rule
+    parameter, not per group). Cells outside the support (h <= 0 at both ends) get no node
+    evaluation at all (mass 0); the crossing cells evaluate ``log_b`` themselves, for their roots
+    (:func:`_illinois_crossings` from the bracket their ends and table nodes give) and their
+    partial nodes. One host sync (the two cell counts, for the compaction).
+
+    Returns (a2, b2, r_live, mass, cum, live_index): a2, b2, mass, cum [U, N_GRID_CELLS] as
+    :func:`_cell_tables` gives them, the residual at the GL nodes of the live cells only
+    (``r_live`` [n_live, N_GL]) and ``live_index`` [U, N_GRID_CELLS] (a cell's row in r_live;
+    0 for dead cells, which carry no mass)."""
+    gx, gw, _, _ = _consts(delta_u.device)
+    k0 = grid_start(delta_u)
+    edges = (k0[:, None] + torch.arange(N_GRID_CELLS + 1, dtype=torch.float64, device=k0.device)) * CELL
+    h_edges = log_ratio(edges, delta_u[:, None], grid.edges(k0, groups))
+    pos = h_edges > 0
+    pa, pb = pos[:, :-1], pos[:, 1:]
+    ea, eb = edges[:, :-1], edges[:, 1:]
+    live, cross = pa | pb, pa != pb
+    if grid.log_b_max is None:
+        far = torch.zeros_like(live)
+    else:  # h >= delta (s - delta/2) - sup log B, increasing in s: its value at ea bounds the cell
+        far = live & (delta_u[:, None] * (ea - 0.5 * delta_u[:, None]) - grid.log_b_max > FAR_H)
+    near = live & ~far
+    counts = torch.stack([torch.count_nonzero(near), torch.count_nonzero(far), torch.count_nonzero(cross)])
+    n_near, n_far, n_cross = counts.tolist()
+    nu, nj = torch.nonzero_static(near, size=n_near).unbind(1)
+    fu, fj = torch.nonzero_static(far, size=n_far).unbind(1)
+    cu, cj = torch.nonzero_static(cross, size=n_cross).unbind(1)
+    lu, lj = torch.cat([nu, fu]), torch.cat([nj, fj])  # the live cells: near ones first
+    live_index = torch.zeros(live.shape, dtype=torch.long, device=delta_u.device)
+    live_index[lu, lj] = torch.arange(n_near + n_far, device=delta_u.device)
+    # near cells: GL nodes of the whole cell, log B from the tables; far cells: r = q exactly
+    k_near, k_far = k0[nu] + nj.to(torch.float64), k0[fu] + fj.to(torch.float64)
+    r_near = residual_density(grid_nodes(k_near), delta_u[nu][:, None], grid.nodes(k_near, groups[nu]))
+    z_far = grid_nodes(k_far) - delta_u[fu][:, None]
+    r_far = torch.exp(torch.addcmul(torch.full((), -LOG_SQRT_2PI, dtype=z_far.dtype, device=z_far.device),
+                                    z_far, z_far, value=-0.5))
+    r_live = torch.cat([r_near, r_far])
+    # crossing cells: bracket the root between two of the cell's 10 points (ends and GL nodes,
+    # h from the tables), refine it (Illinois), then the nodes of [ea, root] or [root, eb]
+    ea_c, eb_c, pa_c, pb_c = ea[cu, cj], eb[cu, cj], pa[cu, cj], pb[cu, cj]
+    d_c, g_c = delta_u[cu], groups[cu]
+    k_c = k0[cu] + cj.to(torch.float64)
+    pts = torch.cat([ea_c[:, None], grid_nodes(k_c), eb_c[:, None]], dim=1)  # [n_cross, 10], increasing
+    h_pts = torch.cat([h_edges[cu, cj][:, None], log_ratio(pts[:, 1:-1], d_c[:, None], grid.nodes(k_c, g_c)),
+                       h_edges[cu, cj + 1][:, None]], dim=1)
+    before = ((h_pts > 0) != pb_c[:, None]).sum(dim=1, keepdim=True)  # points on ea's side of the root
+    side = torch.cat([before - 1, before], dim=1)
+    ends, h_ends = torch.gather(pts, 1, side), torch.gather(h_pts, 1, side)
+    root = _illinois_crossings(ends[:, 0], ends[:, 1], h_ends[:, 0], h_ends[:, 1], d_c, g_c, log_b)
+    a_c = torch.where(pa_c, ea_c, root)
+    b_c = torch.where(pb_c, eb_c, root)
+    nodes_c = (0.5 * (a_c + b_c))[:, None] + (0.5 * (b_c - a_c))[:, None] * gx
+    r_live[live_index[cu, cj]] = residual_density(nodes_c, delta_u[cu][:, None], log_b(nodes_c, groups[cu]))
+    a2 = ea.clone()
+    a2[cu, cj] = a_c
+    b2 = torch.where(pa & pb, eb, ea)
+    b2[cu, cj] = b_c
+    mass = torch.zeros(live.shape, dtype=torch.float64, device=delta_u.device)
+    mass[lu, lj] = (0.5 * (b2[lu, lj] - a2[lu, lj])) * (r_live @ gw)
+    cum = scan_sum(mass)
+    return a2, b2, r_live, mass, cum, live_index
 
 
 def _horner(coef: Tensor, t: Tensor) -> Tensor:
@@ -421,6 +585,7 @@ def sample_icdf(
     generator: torch.Generator | None,
     max_elems: int = 1 << 23,
     log_b_terms: int = 1,
+    grid_log_b: GridLogB | None = None,
 ) -> Tensor:
     """Inverse-CDF residual samples for rows of groups: ``delta_u[U]`` holds each group's delta,
     ``log_b(s[n, m], groups[n])`` its log B, ``row_group[n]`` the group of each row.
@@ -431,6 +596,11 @@ def sample_icdf(
     groups + 1 (sort), + 1 per chunk of groups beyond the first, + 1 per chunk of more than
     :data:`DENSE_GROUPS` groups. A second Newton block (1 more sync) only if the first did not
     converge everywhere.
+
+    ``grid_log_b`` (optional, :class:`GridLogB`): log B tabulated on the absolute s-grid; chunks
+    of more than :data:`DENSE_GROUPS` groups then build their cell tables from it
+    (:func:`_cell_tables_grid`) and evaluate ``log_b`` only at their crossing cells, so the cost
+    per group no longer grows with ``log_b_terms``.
     """
     n = row_group.shape[0]
     out = torch.empty(n, dtype=torch.float64, device=delta_u.device)
@@ -448,7 +618,14 @@ def sample_icdf(
         order = torch.argsort(row_group, stable=True)
         sorted_groups = row_group[order]
         used = torch.unique_consecutive(sorted_groups)
-        per = max(1, min(256, max_elems // (N_CELLS * (N_GL + 1) * max(1, log_b_terms))))
+        if grid_log_b is not None and grid_log_b.prepare is not None and used.numel() > DENSE_GROUPS:
+            grid_log_b.prepare(used.cpu().numpy())  # one sync: build tables for these groups only
+        # groups per chunk: bounded by the tables' size ([groups, cells, N_GL] <= max_elems) and,
+        # without grid tables, by the cost of log B; with them, up to GRID_CHUNK_GROUPS (the
+        # crossing search's small ops then serve more groups each)
+        terms = 1 if grid_log_b is not None else max(1, log_b_terms)
+        cap = GRID_CHUNK_GROUPS if grid_log_b is not None else 256
+        per = max(1, min(cap, max_elems // (N_CELLS * (N_GL + 1) * terms)))
         bounds = torch.searchsorted(sorted_groups, used[per::per].contiguous()).tolist() if used.numel() > per else []
         starts, ends = [0] + bounds, bounds + [n]
         chunks = [(st, en, used[i * per:(i + 1) * per]) for i, (st, en) in enumerate(zip(starts, ends))]
@@ -456,7 +633,12 @@ def sample_icdf(
         rows = order[st:en]
         g_rows = sorted_groups[st:en]
         local = torch.searchsorted(gs, g_rows)
-        a2, b2, r, mass, cum = _cell_tables(d_tab[gs], gs, log_b)
+        live_index = None
+        if grid_log_b is not None and gs.numel() > DENSE_GROUPS:
+            a2, b2, r, mass, cum, live_index = _cell_tables_grid(d_tab[gs], gs, log_b, grid_log_b)
+        else:
+            a2, b2, r, mass, cum = _cell_tables(d_tab[gs], gs, log_b)
+        n_cells = mass.shape[1]
         total = cum[:, -1]
         safe_total = torch.where(total > 0, total, 1.0)
         cn = cum / safe_total[:, None]
@@ -464,12 +646,13 @@ def sample_icdf(
         keys = (cn + 2.0 * torch.arange(gs.numel(), dtype=torch.float64, device=cn.device)[:, None]).reshape(-1)
         v = V[rows]
         pos = torch.searchsorted(keys, v + 2.0 * local)
-        j = (pos - local * N_CELLS).clamp(0, N_CELLS - 1)
+        j = (pos - local * n_cells).clamp(0, n_cells - 1)
         m = mass[local, j]
         target = (v * total[local] - (cum[local, j] - m)).clamp(min=0.0)
         target = torch.minimum(target, m)
         half = 0.5 * (b2[local, j] - a2[local, j])
-        coef = r[local, j] @ gC  # [n, 9]: cell CDF polynomial in t / half
+        r_cell = r[local, j] if live_index is None else r[live_index[local, j]]  # [n, N_GL]
+        coef = r_cell @ gC  # [n, 9]: cell CDF polynomial in t / half
         dcoef = coef[:, 1:] * torch.arange(1, coef.shape[1], dtype=coef.dtype, device=coef.device)
         t, converged, state = _solve_cell(coef, half, target)
         no_mass, ok = torch.stack([(total <= 0).any(), converged]).tolist()

@@ -98,8 +98,11 @@ def sample_residual(delta_u: torch.Tensor, log_lam_u: torch.Tensor, group: torch
     def log_b_groups(s, g):
         return log_lam_u[g][:, None]
 
+    # log B = log lambda_K is constant in s: the "grid tables" are the constant itself, so chunks
+    # of many groups take the compacted path (node work only on the cells where s >= tau_K)
+    grid = _residual.GridLogB(log_b_groups, log_b_groups)
     if method == "icdf":
-        return _residual.sample_icdf(delta_u, log_b_groups, group, generator)
+        return _residual.sample_icdf(delta_u, log_b_groups, group, generator, grid_log_b=grid)
     single = delta_u.shape[0] == 1
     d_rows = delta_u.expand(group.shape[0]) if single else delta_u[group]
     ll_rows = log_lam_u.expand(group.shape[0]) if single else log_lam_u[group]
@@ -108,7 +111,7 @@ def sample_residual(delta_u: torch.Tensor, log_lam_u: torch.Tensor, group: torch
         return (ll_rows if rows is None else ll_rows[rows])[:, None]
 
     def finish(rows):
-        return _residual.sample_icdf(delta_u, log_b_groups, group[rows], generator)
+        return _residual.sample_icdf(delta_u, log_b_groups, group[rows], generator, grid_log_b=grid)
 
     x, _ = _residual.sample_rejection(d_rows, log_b_rows, generator, finish=finish)
     return x

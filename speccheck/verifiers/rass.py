@@ -22,6 +22,7 @@ exactly 0 for uniform weights, so tiny deltas keep their residual mass.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -114,19 +115,27 @@ def grid_weights(g: ArrayLike, K: int) -> np.ndarray:
 
 
 def build_weight_data(Ks: Sequence[int], path: Path = PACKAGE_WEIGHTS) -> Path:
-    """Solve the optimal rank weights at every grid point for each K and write them, with the
-    grid, to ``path`` (the shipped tables; ``speccheck reproduce rass-weights``)."""
-    from speccheck.theory import rank_weights
+    """Solve the optimal rank weights at every grid point for each K (from the starting points
+    that do not read the shipped table, :func:`speccheck.theory.rass.cold_rank_weight_solution`)
+    and write them, with the grid, to ``path`` (the shipped tables; ``speccheck reproduce
+    rass-weights``). Tables of other K already in ``path`` (same grid) are kept, and the file is
+    rewritten after each K, so a long build keeps its progress."""
+    from speccheck.theory.rass import cold_rank_weight_solution
     from speccheck.theory.validate import check_omega
 
     tables = {"grid": DELTA_GRID}
-    for K in Ks:
-        tables[f"K{K}"] = np.stack([np.full(K, 1.0 / K) if d == 0.0 or K == 1 else check_omega(rank_weights(d, K), K)
-                                    for d in DELTA_GRID.tolist()])
+    if path.exists():
+        with np.load(path) as old:
+            if "grid" in old.files and np.array_equal(old["grid"], DELTA_GRID):
+                tables.update({k: np.array(old[k]) for k in old.files if k != "grid"})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, **tables)
-    tmp.replace(path)
+    for K in Ks:
+        tables[f"K{K}"] = np.stack([np.full(K, 1.0 / K) if d == 0.0 or K == 1
+                                    else check_omega(cold_rank_weight_solution(d, K).omega, K)
+                                    for d in DELTA_GRID.tolist()])
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez_compressed(tmp, **tables)
+        tmp.replace(path)
     return path
 
 
@@ -176,9 +185,6 @@ def residual_support(K: int, g_lo: int, g_hi: int) -> np.ndarray:
     tails beyond the searched window are always included, so the union is a true superset.
     Cached per (K, cell).
     """
-    from speccheck.theory import log_p_omega
-    from speccheck.theory.normal import log_phi
-
     key = (K, g_lo, g_hi)
     out = _SUPPORT.get(key)
     if out is not None:
@@ -188,10 +194,13 @@ def residual_support(K: int, g_lo: int, g_hi: int) -> np.ndarray:
     s = d_lo - SUPPORT_WINDOW + SUPPORT_STEP * np.arange(n + 1)
     top = np.where(s < d_lo, d_lo * s - 0.5 * d_lo**2, np.where(s > d_hi, d_hi * s - 0.5 * d_hi**2, 0.5 * s * s))
     keep = np.zeros(n, bool)
-    for g in {g_lo, g_hi}:
-        w = grid_weights([g], K)[0]
-        log_b = log_p_omega(s, K, w) - log_phi(s)
-        keep |= _positive_cells(top - log_b)
+    ends = sorted({g_lo, g_hi})
+    # log B of both ends by the kernel's own evaluation (agrees with theory.log_p_omega - log phi
+    # to 1e-12: tests/verifiers/test_residual.py), one call for the pair
+    mix = mix_from_weights(grid_weights(ends, K), bool(d_lo < PRECISE_BELOW), torch.device("cpu"))
+    log_b = log_mix_rows(torch.as_tensor(s).expand(len(ends), -1), mix, None).numpy()
+    for row in log_b:
+        keep |= _positive_cells(top - row)
     edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
     iv = [[s[i], s[j]] for i, j in zip(edges[::2], edges[1::2])]
     if iv and iv[0][0] == s[0]:
@@ -317,9 +326,20 @@ def log_mix_rows(s: Tensor, mix: Mix, rows: Tensor | None) -> Tensor:
 
     Near B = 1 (``mix.Ad``: some delta < PRECISE_BELOW) log B = log1p(B - 1) wherever
     |B - 1| < 1/2, which keeps tiny deltas' residual mass (exactly 0 for uniform weights)."""
+    if mix.left.shape[-1] == 1:
+        return torch.zeros_like(s)
+    log_b, D = log_mix_parts(s, mix, rows)
+    if D is None:
+        return log_b
+    return torch.where(D.abs() < 0.5, torch.log1p(D), log_b)
+
+
+def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """(log B, B - 1) at s [n, m] as :func:`log_mix_rows` computes them before it picks one:
+    log B from the shifted polynomial, B - 1 from the ``mix.Ad`` coefficients (None without them)."""
     K = mix.left.shape[-1]
     if K == 1:
-        return torch.zeros_like(s)
+        return torch.zeros_like(s), (torch.zeros_like(s) if mix.Ad is not None else None)
     host = mix.host if rows is None else None
     if host is None and rows is not None:
         mix = Mix(mix.left[rows], mix.right[rows], mix.j0[rows], None if mix.Ad is None else mix.Ad[rows],
@@ -342,12 +362,12 @@ def log_mix_rows(s: Tensor, mix: Mix, rows: Tensor | None) -> Tensor:
         log_x = torch.where(small > 1e-300, torch.log(x), _log_tail_asymptotic(s.abs()) - log_big)
         log_b = log_b + torch.where(j0 > 0, j0 * log_x, 0.0)
     if mix.Ad is None:
-        return log_b
+        return log_b, None
     if host is not None:
         D = _poly(None, None, host[3], left, x) * torch.exp(log_scale)
     else:
         D = _poly(mix.Ad, mix.Ad.flip(-1), None, left, x) * torch.exp(log_scale)
-    return torch.where(D.abs() < 0.5, torch.log1p(D), log_b)
+    return log_b, D
 
 
 def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
@@ -361,23 +381,163 @@ def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
     return log_mix_rows(s, mix, None)
 
 
+class GridLogTables(NamedTuple):
+    """log B of the grid weights on the absolute s-grid (:func:`_residual.grid_window`), for the
+    inverse-CDF residual of many groups (:func:`_residual.sample_icdf`'s ``grid_log_b``).
+
+    Row g (a point of :data:`DELTA_GRID`) covers the windows of every delta in [g - 1, g + 1]:
+    edges (k_start[g] + j) CELL, j = 0..span (``edges`` [G, span + 1, 2]) and the GL nodes of
+    those cells (``nodes`` [G, span, 2 N_GL]), each holding the pair (log B_g, B_(g+1) / B_g - 1)
+    (nodes: 8 values of each; the second as expm1 of the log-ratio). Rows g below
+    :data:`PRECISE_BELOW` (and their neighbours) use the log1p(B - 1) form, so log B keeps full
+    precision relative to delta. ``filled`` (host): rows computed so far (on demand: no LP for a
+    grid point no row uses); ``wide`` (host): some |log B_(g+1) - log B_g| > :data:`WIDE_LOG_RATIO`
+    (expm1 would overflow): then the table holds the log-ratio itself."""
+
+    k_start: Tensor
+    edges: Tensor
+    nodes: Tensor
+    filled: np.ndarray
+    wide: list
+
+
+_GRID_TABLES: OrderedDict = OrderedDict()  # (K, device) -> GridLogTables
+_GRID_TABLES_MAX = 4  # ~25 MB each whatever K
+WIDE_LOG_RATIO = 700.0  # beyond: expm1 of the log-ratio may overflow; mix by logaddexp instead
+
+
+def _grid_layout() -> tuple[np.ndarray, int, int]:
+    """(k_start [G], span, P): the first edge and the common number of cells of each grid
+    point's table, and the grid points (the first P) whose log B uses the precise form."""
+    G = DELTA_GRID.size
+    below = DELTA_GRID[np.maximum(np.arange(G) - 1, 0)]
+    above = DELTA_GRID[np.minimum(np.arange(G) + 1, G - 1)]
+    k_start = np.floor((below - _residual.WINDOW) / _residual.CELL)
+    k_end = np.floor((above - _residual.WINDOW) / _residual.CELL) + _residual.N_GRID_CELLS
+    P = int(np.searchsorted(DELTA_GRID, PRECISE_BELOW)) + 1
+    return k_start, int((k_end - k_start).max()), P
+
+
+def _log_b_at(points: Tensor, g: np.ndarray, K: int, precise: bool) -> Tensor:
+    """log B of the grid weights at grid points g (one per row of points [n, m])."""
+    return log_mix_rows(points, mix_from_weights(grid_weights(g, K), precise, points.device), None)
+
+
+def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTables:
+    """The (K, device) tables with at least the grid points ``need`` filled (cached, LRU of 4)."""
+    from speccheck.verifiers._residual import N_GL, grid_window
+
+    key = (K, str(device))
+    tab = _GRID_TABLES.get(key)
+    k_start, span, P = _grid_layout()
+    G = DELTA_GRID.size
+    if tab is None:
+        z = torch.zeros((), dtype=torch.float64, device=device)
+        tab = GridLogTables(torch.as_tensor(k_start, dtype=torch.float64, device=device),
+                            z.new_zeros((G, span + 1, 2)), z.new_zeros((G, span, 2 * N_GL)), np.zeros(G, bool),
+                            [False])
+        _GRID_TABLES[key] = tab
+        while len(_GRID_TABLES) > _GRID_TABLES_MAX:
+            _GRID_TABLES.popitem(last=False)
+    _GRID_TABLES.move_to_end(key)
+    missing = np.unique(np.asarray(need, np.int64))
+    missing = missing[~tab.filled[missing]]
+    for part in (missing[missing < P], missing[missing >= P]):
+        if not part.size:
+            continue
+        edges, nodes = grid_window(torch.as_tensor(k_start[part], dtype=torch.float64, device=device), span)
+        flat = torch.cat([edges, nodes.reshape(part.size, -1)], dim=1)
+        precise = bool(part[0] < P)
+        here = _log_b_at(flat, part, K, precise)
+        ratio = _log_b_at(flat, np.minimum(part + 1, G - 1), K, precise) - here
+        if not tab.wide[0] and bool(ratio.abs().max() > WIDE_LOG_RATIO):  # back to log-ratios everywhere
+            tab.wide[0] = True
+            tab.edges[..., 1] = torch.log1p(tab.edges[..., 1])
+            tab.nodes[..., N_GL:] = torch.log1p(tab.nodes[..., N_GL:])
+        if not tab.wide[0]:
+            ratio = torch.expm1(ratio)
+        rows = torch.as_tensor(part, device=device)
+        tab.edges[rows] = torch.stack([here[:, : span + 1], ratio[:, : span + 1]], dim=-1)
+        tab.nodes[rows] = torch.cat([here[:, span + 1:].reshape(-1, span, N_GL),
+                                     ratio[:, span + 1:].reshape(-1, span, N_GL)], dim=-1)
+    tab.filled[missing] = True
+    return tab
+
+
+def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual.GridLogB:
+    """:class:`_residual.GridLogB` for groups with deltas ``d_host`` (for
+    :func:`_residual.sample_icdf`): log B of each group's interpolated weights
+    omega = (1 - t) w_g + t w_(g+1), i.e. B = (1 - t) B_g + t B_(g+1) (B is linear in omega):
+    log B = log B_g + log1p(t (B_(g+1) / B_g - 1)), both terms read from the grid tables
+    (a positive combination: no cancellation; where log B_g is tiny, for small deltas, it is
+    exact to full relative precision and t expm1(.) is too). Where a table's log-ratio exceeds
+    :data:`WIDE_LOG_RATIO` the pair is mixed by logaddexp instead. The tables are filled for
+    grid points of the groups :func:`_residual.sample_icdf` says it will read (all of them if it
+    does not say) on the first read (one upload, no sync)."""
+    from speccheck.verifiers._residual import N_GRID_CELLS
+
+    lo, _, t = grid_bracket(d_host)
+    state: dict = {}
+
+    def prepare(groups: np.ndarray) -> None:
+        state.clear()
+        state["need"] = lo[groups]
+
+    def setup() -> dict:
+        if "tab" not in state:
+            tab = grid_log_tables(K, device, state.get("need", lo))
+            t_dev = torch.as_tensor(t, dtype=torch.float64, device=device)
+            state.update(tab=tab, g=torch.as_tensor(lo, dtype=torch.long, device=device), t=t_dev)
+        return state
+
+    def read(table: Tensor, k: Tensor, groups: Tensor, n_cols: int) -> Tensor:
+        """log B of groups[i] at columns k[i] - k_start + (0..n_cols-1) of a table [G, C, 2 w]
+        (rows of contiguous (log B_g, ratio) values, read by index_select: ~10x a 2-D gather's
+        speed); result [n, n_cols * w]."""
+        st = setup()
+        g = st["g"][groups]
+        C, width = table.shape[1], table.shape[2]
+        start = g * C + (k - st["tab"].k_start[g]).long().clamp(0, C - n_cols)
+        cols = torch.arange(n_cols, device=device)
+        picked = table.reshape(-1, width).index_select(0, (start[:, None] + cols).reshape(-1))
+        half = width // 2
+        picked = picked.reshape(-1, n_cols, 2, half)
+        here = picked[:, :, 0].reshape(g.shape[0], n_cols * half)  # explicit sizes: n may be 0
+        ratio = picked[:, :, 1].reshape(g.shape[0], n_cols * half)
+        tg = st["t"][groups][:, None]
+        if st["tab"].wide[0]:
+            return torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg))
+        return here + torch.log1p(tg * ratio)
+
+    def edges(k0: Tensor, groups: Tensor) -> Tensor:
+        return read(setup()["tab"].edges, k0, groups, N_GRID_CELLS + 1)
+
+    def nodes(k: Tensor, groups: Tensor) -> Tensor:
+        return read(setup()["tab"].nodes, k, groups, 1)
+
+    # B is a mixture of the order-statistic densities b_r (each <= K on [0, 1]), so log B <= log K
+    return _residual.GridLogB(edges, nodes, prepare, log_b_max=math.log(K) + 1e-9)
+
+
 PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
 TRUNCATE_BELOW = 0.6  # residual rows propose from q truncated to their support when q(S) < this
 _TABLES: OrderedDict = OrderedDict()  # (K, device, delta bytes) -> (Mix, support tables), small U only
 _TABLES_MAX = 64
 
 
-def _device_tables(d_host: np.ndarray, K: int, device: torch.device) -> tuple[Mix, tuple | None]:
+def _device_tables(d_host: np.ndarray, K: int, device: torch.device, proposals: bool = True
+                   ) -> tuple[Mix, tuple | None]:
     """(Mix, residual proposal tables) for the distinct deltas d_host: built on the host, uploaded
-    once, and kept on the device for up to 64 small (U <= 16) delta sets."""
-    key = (K, str(device), d_host.tobytes())
+    once, and kept on the device for up to 64 small (U <= 16) delta sets. ``proposals=False``
+    (the inverse-CDF residual, which proposes nothing): no proposal tables (None)."""
+    key = (K, str(device), d_host.tobytes(), proposals)
     hit = _TABLES.get(key)
     if hit is not None:
         _TABLES.move_to_end(key)
         return hit
     W = rass_weights(d_host, K)  # [U, K], the weights acceptance() reports
     mix = mix_from_weights(W, bool(d_host.min() < PRECISE_BELOW), device)
-    out = (mix, _support_tables(d_host, K, device))
+    out = (mix, _support_tables(d_host, K, device) if proposals else None)
     if d_host.size <= 16:
         _TABLES[key] = out
         while len(_TABLES) > _TABLES_MAX:
@@ -431,7 +591,7 @@ class RASS(ScalarVerifier):
         dev = s.device
         delta_u, group = group_deltas(delta)
         d_host = delta_u.cpu().numpy()
-        mix, support = _device_tables(d_host, K, dev)
+        mix, support = _device_tables(d_host, K, dev, proposals=self.residual != "icdf")
         single = delta_u.shape[0] == 1
         if K == 1:
             sel, index = s[:, 0], torch.zeros(B, dtype=torch.long, device=dev)
@@ -449,7 +609,7 @@ class RASS(ScalarVerifier):
         h = _residual.log_ratio(sel, delta, log_mix_rows(sel[:, None], mix, None if single else group)[:, 0])
         s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
         # the residual runs even for no rejected row (an empty call): the same syncs at every batch size
-        s_out[rej] = self._residual_rows(delta_u, mix, support, group[rej], generator)
+        s_out[rej] = self._residual_rows(delta_u, mix, support, group[rej], generator, d_host)
         return s_out, accepted, index
 
     def _residual(self, delta_u: Tensor, A_u: Tensor, Ad_u: Tensor | None, group: Tensor, generator) -> Tensor:
@@ -460,14 +620,20 @@ class RASS(ScalarVerifier):
         mix = mix_from_weights(W, Ad_u is not None, delta_u.device)
         return self._residual_rows(delta_u, mix, _support_tables(d_host, K, delta_u.device), group, generator)
 
-    def _residual_rows(self, delta_u: Tensor, mix: Mix, support: tuple | None, group: Tensor, generator) -> Tensor:
+    def _residual_rows(self, delta_u: Tensor, mix: Mix, support: tuple | None, group: Tensor, generator,
+                       d_host: np.ndarray | None = None) -> Tensor:
+        """Residual draws for rows of ``group``; ``d_host`` (the deltas on the host, as the kernel
+        has them): many-group inverse-CDF chunks read log B from the grid tables
+        (:func:`grid_log_b_fn`) instead of evaluating the rank polynomial per group."""
         single = delta_u.shape[0] == 1
+        K = mix.left.shape[1]
+        grid = None if d_host is None or single else grid_log_b_fn(d_host, K, delta_u.device)
 
         def log_b_groups(x, g):
             return log_mix_rows(x, mix, None if single else g)
 
         if self.residual == "icdf":
-            return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=mix.left.shape[1])
+            return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K, grid_log_b=grid)
         n = group.shape[0]
         d_rows = delta_u.expand(n) if single else delta_u[group]
 
@@ -479,7 +645,8 @@ class RASS(ScalarVerifier):
         propose = None if support is None else self._proposer(support[0], single, group, n, generator)
 
         def finish(rows):
-            return _residual.sample_icdf(delta_u, log_b_groups, group[rows], generator, log_b_terms=mix.left.shape[1])
+            return _residual.sample_icdf(delta_u, log_b_groups, group[rows], generator, log_b_terms=K,
+                                         grid_log_b=grid)
 
         x, _ = _residual.sample_rejection(d_rows, log_b_rows, generator, propose=propose, finish=finish)
         return x

@@ -104,6 +104,28 @@ def test_holm_step_down():
     assert c.passed
 
 
+def test_holm_pvalues_are_the_step_down():
+    """Holm-adjusted p-values against the definition (brute force over the sorted order), ties
+    and p = 0 included; rejecting p~ <= alpha is the step-down (checked at several alpha)."""
+    from speccheck.validation.stats import holm_pvalues
+
+    rng = np.random.default_rng(8)
+    for m in (1, 2, 7, 60):
+        p = rng.uniform(0, 1, m) ** rng.uniform(1, 12, m)
+        p[: m // 3] = p[0]
+        p[-1] = 0.0
+        got = holm_pvalues(p)
+        ps = np.sort(p)
+        ref_sorted = np.array([min(1.0, max((m - j) * ps[j] for j in range(i + 1))) for i in range(m)])
+        np.testing.assert_allclose(np.sort(got), ref_sorted, rtol=1e-15)
+        for alpha in (1e-3, 0.05, 0.5):
+            reject, stopped = np.zeros(m, bool), False
+            for j, i in enumerate(np.argsort(p, kind="stable")):
+                stopped = stopped or p[i] > alpha / (m - j)
+                reject[i] = not stopped
+            assert np.array_equal(reject, got <= alpha), (m, alpha)
+
+
 def test_clopper_pearson():
     lo, hi = clopper_pearson(0, 200)
     assert lo == 0 and hi == pytest.approx(1 - 0.025 ** (1 / 200))

@@ -155,3 +155,27 @@ def test_huge_delta_outputs_are_finite_draws_from_the_target(rule, delta):
     center[:512] = 0.5 * delta
     gap = (s_out - center).abs()
     assert float(gap.max()) <= max(8.0, 4.0 * math.ulp(delta))
+
+
+@pytest.mark.parametrize("rule", ["dgrs", "rass", "rass-icdf"])
+def test_many_deltas_on_fake_cuda(rule):
+    """Rows with their own delta (the battery's continuous layer) on fake CUDA: no device error,
+    no op that is nondeterministic on CUDA, finite outputs, the CPU bits, and syncs bounded by a
+    constant per chunk of 256 groups (here at most one chunk plus the call's own: 23 syncs for
+    rass-icdf, whose ~150 residual rows take the inverse-CDF grid-table path, > DENSE_GROUPS
+    groups; dgrs and rass reach it only with more than 8 rows pending after the rejection rounds)."""
+    B, K = 600, 3
+    g = torch.Generator().manual_seed(9)
+    s = torch.randn(B, K, generator=g, dtype=torch.float64)
+    d = torch.exp(torch.empty(B, dtype=torch.float64).uniform_(math.log(1e-7), math.log(30.0), generator=g))
+    ref = get(rule).verify(d, s, torch.Generator().manual_seed(4))
+    fc.reset()
+    with fc.fake_cuda():
+        _residual._consts(torch.device("cuda"))
+        got = get(rule).verify(d.cuda(), s.cuda(), fc.cuda_generator(4))
+    assert not fc.ERRORS, fc.ERRORS
+    assert not (set(fc.OPS) & CUDA_NONDETERMINISTIC), set(fc.OPS) & CUDA_NONDETERMINISTIC
+    for x, y in zip(ref, got):
+        assert torch.equal(x, y.elem), rule
+    assert torch.isfinite(ref[0]).all()
+    assert sum(fc.EVENTS.values()) <= 40, (rule, dict(fc.EVENTS))

@@ -204,3 +204,89 @@ def test_rass_rejection_many_deltas(truncate, monkeypatch):
             out += q - p
         u[gn == j] = np.clip(out / total, 0.0, 1.0)
     assert_cdf(torch.from_numpy(u), lambda t: np.clip(t, 0.0, 1.0), label="rass rejection many deltas")
+
+
+# ------------------------------------------------ inverse CDF of many groups: the grid tables
+GRID_DELTAS = np.array([0.0, 1e-8, 3e-5, 0.011, 0.02, 0.2499, 0.26, 0.7, 2.99, 3.05, 7.5, 8.3, 15.7, 39.9, 40.0, 45.0])
+
+
+def _direct_log_b(d_host: np.ndarray, K: int):
+    mix = rass_mod.mix_from_weights(rass_mod.rass_weights(d_host, K), True, torch.device("cpu"))
+    return lambda x, g: rass_mod.log_mix_rows(x, mix, g)
+
+
+@pytest.mark.parametrize("K", [1, 3, 16])
+def test_grid_log_b_matches_the_direct_evaluation(K):
+    """log B read from the grid tables (B = (1 - t) B_g + t B_(g+1), combined in log space)
+    equals the kernel's Horner evaluation at the interpolated weights, on the windows' edges
+    and every cell's GL nodes: to 1e-13 (absolute, |log B| <= 200 here), and for the tiny
+    deltas to 1e-7 of delta (the scale of h there; the direct path's weights are the rounded
+    interpolation, whose omega - 1/K loses ~1e-9 relative: the tables are the more precise)."""
+    from speccheck.verifiers import _residual as R
+
+    d_host = GRID_DELTAS
+    groups = torch.arange(d_host.size)
+    delta = torch.clamp(torch.tensor(d_host), max=R.HUGE_DELTA)
+    grid = rass_mod.grid_log_b_fn(d_host, K, torch.device("cpu"))
+    direct = _direct_log_b(d_host, K)
+    k0 = R.grid_start(delta)
+    edges, nodes = R.grid_window(k0, R.N_GRID_CELLS)
+    cells = (k0[:, None] + torch.arange(R.N_GRID_CELLS, dtype=torch.float64)).reshape(-1)
+    got_nodes = grid.nodes(cells, groups.repeat_interleave(R.N_GRID_CELLS)).reshape(d_host.size, -1)
+    for got, ref in ((grid.edges(k0, groups), direct(edges, groups)),
+                     (got_nodes, direct(nodes.reshape(d_host.size, -1), groups))):
+        err = (got - ref).abs()
+        assert float(err.max()) < 1e-13 * max(1.0, float(ref.abs().max())), (K, float(err.max()))
+        tiny = torch.tensor(d_host < 1e-3) & torch.tensor(d_host > 0)
+        assert float((err[tiny] / delta[tiny, None]).max()) < 1e-7, K
+        assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize("K", [2, 8])
+def test_grid_cell_tables_match_the_direct_ones(K):
+    """The residual's total mass from the grid-table cell tables (absolute-grid window,
+    compacted live cells) equals the direct tables' (window at delta - 12) to 1e-6 relative
+    (both integrate the same residual; they differ by rounding and by sub-cell bumps that one
+    window's edges see and the other's do not, O(cell^3))."""
+    from speccheck.verifiers import _residual as R
+
+    d_host = GRID_DELTAS[1:]
+    groups = torch.arange(d_host.size)
+    delta = torch.clamp(torch.tensor(d_host), max=R.HUGE_DELTA)
+    direct = _direct_log_b(d_host, K)
+    grid = rass_mod.grid_log_b_fn(d_host, K, torch.device("cpu"))
+    ref = R._cell_tables(delta, groups, direct)[4][:, -1]
+    a2, b2, r_live, mass, cum, live_index = R._cell_tables_grid(delta, groups, direct, grid)
+    assert torch.all(b2 >= a2) and torch.all(mass >= 0) and torch.all(r_live >= 0)
+    assert torch.all(mass[b2 == a2] == 0) and live_index.max() < r_live.shape[0]
+    rel = ((cum[:, -1] - ref).abs() / ref).max()
+    assert float(rel) < 1e-6, (K, float(rel))
+
+
+@pytest.mark.parametrize("K", [2, 5])
+def test_rass_icdf_residual_law_with_many_deltas(K):
+    """The kernel's many-group inverse-CDF path (the grid tables): rows of 200 distinct deltas
+    (log-uniform on [1e-6, 30], as the battery's continuous layer draws them), each row
+    transformed by its own residual CDF (theory.residual_intervals) is U(0, 1)."""
+    g = torch.Generator().manual_seed(11 + K)
+    n_groups = 200
+    deltas = np.sort(np.exp(np.random.default_rng(K).uniform(np.log(1e-6), np.log(30.0), n_groups)))
+    group = torch.randint(0, n_groups, (N,), generator=g)
+    W = rass_mod.rass_weights(deltas, K)
+    v = rass_mod.RASSInverseCDF()
+    mix = rass_mod.mix_from_weights(W, True, torch.device("cpu"))
+    x = v._residual_rows(torch.tensor(deltas), mix, None, group, g, deltas).numpy()
+    u = np.empty(N)
+    gn = group.numpy()
+    for j, d in enumerate(deltas):
+        ivs = theory.residual_intervals(float(d), K, W[j])
+        total = sum(iv.mass for iv in ivs)
+        xr = x[gn == j]
+        out = np.zeros_like(xr)
+        for lo, hi, _ in ivs:
+            xc = np.clip(xr, lo, hi)
+            q = normal_mass(np.full_like(xc, lo - d), xc - d)
+            p = theory.cdf_p_omega(xc, K, W[j]) - (theory.cdf_p_omega(lo, K, W[j]) if np.isfinite(lo) else 0.0)
+            out += q - p
+        u[gn == j] = np.clip(out / total, 0.0, 1.0)
+    assert_cdf(torch.from_numpy(u), lambda t: np.clip(t, 0.0, 1.0), label=f"rass-icdf many deltas K={K}")
