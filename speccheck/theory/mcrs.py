@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,7 +64,7 @@ __all__ = [
 DEFAULT_G = 160  # policy cells
 GRID_KIND = "chebyshev"  # policy cell placement: "chebyshev" or "quantile" (uniform in m^K)
 _GRID = GRID_KIND
-LP_TIME_LIMIT = 300.0  # seconds; past it the policy falls back to RASS's weights (exact, cached)
+LP_TIME_LIMIT = 60.0  # seconds per HiGHS run; its last iterate is still judged by the exact check
 _TOP_RANK_DELTA = 12.0  # beyond this delta the LP is skipped: pi_K = 1 (RASS top rank)
 
 
@@ -271,33 +272,61 @@ def _design_matrix(u, y, K, a, abar):
     return A.reshape(u.shape[0], G * K)
 
 
-def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6, method: str = "highs") -> MCRSPolicy:
-    """Dense LP: variables [pi (G*K), h (M)]; max w.h s.t. h - A pi <= 0, sum_r pi_{r,j} = 1,
-    0 <= h <= f. (A sparse moment-recursion form was tried: HiGHS is far slower on it.)"""
+def _highs_solve(cost: np.ndarray, A_ub: sparse.csr_matrix, A_eq: sparse.csr_matrix, bounds: np.ndarray,
+                 method: str) -> tuple[np.ndarray | None, str]:
+    """min cost.x s.t. A_ub x <= 0, A_eq x = 1, bounds, with HiGHS through scipy (time limit
+    :data:`LP_TIME_LIMIT`). method "ipm": interior point WITHOUT crossover (HiGHS's
+    ``run_crossover``, which scipy passes through verbatim); "simplex": dual simplex. Returns
+    (x or None, HiGHS's message); x may be the last iterate of a run stopped by the time limit
+    (callers only ever use it through the exact check)."""
+    options: dict = {"time_limit": float(LP_TIME_LIMIT)}
+    if method == "ipm":
+        options["run_crossover"] = "off"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optimize.OptimizeWarning)  # "options passed to HiGHS verbatim"
+        res = optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=np.ones(A_eq.shape[0]),
+                               bounds=bounds, method="highs-ipm" if method == "ipm" else "highs-ds", options=options)
+    x = res.x
+    if x is None or x.shape != (cost.shape[0],) or not np.all(np.isfinite(x)):
+        return None, str(res.message)
+    return np.asarray(x, np.float64), str(res.message)
+
+
+# Design-matrix entries below this are dropped: they change g by < G K 1e-13 on the LP's
+# quadrature only (the exact check evaluates the policy itself), and the subnormal entries
+# (hi^n - lo^n of narrow cells, n up to K - 1) otherwise reach 1e-308 and wreck HiGHS's scaling.
+_DESIGN_DROP = 1e-13
+
+
+def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6, method: str = "ipm") -> MCRSPolicy:
+    """Hinge LP: variables [pi (G*K), h (M)]; max w.h s.t. h - A pi <= 0, sum_r pi_{r,j} = 1,
+    0 <= h <= f.
+
+    Solved by HiGHS's interior point method without crossover (``method="ipm"``): the LP is
+    massively degenerate (at small delta f is nearly flat and h_i = f_i = g_i at most nodes), so
+    simplex and IPM's crossover to a vertex stall on it (K = 16, delta = 0.05, G = 64: > 300 s
+    with crossover, 2.6 s without); an interior optimum is as good a policy (same objective),
+    and pi is clipped and renormalised onto the simplex. ``method="simplex"`` is the fallback.
+    The returned policy is judged only by its exact acceptance (:func:`checked_policy`)."""
     a, abar = mcrs_edges(K, G)
     bu, by = _breakpoints(delta, a, abar, n_target)
     u, y, w = _quadrature(bu, by, n_gl)
     f = np.exp(_log_f(u, y, delta))
     M = u.shape[0]
-    A = sparse.csr_matrix(_design_matrix(u, y, K, a, abar))
-    nv = G * K
-    A_ub = sparse.hstack([-A, sparse.identity(M, format="csr")], format="csr")
-    A_eq = sparse.hstack(
-        [sparse.kron(sparse.identity(G), np.ones((1, K))), sparse.csr_matrix((G, M))], format="csr"
-    )
-    c = np.concatenate([np.zeros(nv), -w])
-    bounds = np.concatenate(
-        [np.column_stack([np.zeros(nv), np.ones(nv)]), np.column_stack([np.zeros(M), f])]
-    )
-    res = optimize.linprog(
-        c, A_ub=A_ub, b_ub=np.zeros(M), A_eq=A_eq, b_eq=np.ones(G), bounds=bounds, method=method,
-        options={"time_limit": LP_TIME_LIMIT},
-    )
-    if res.status != 0:
-        raise RuntimeError(f"MCRS LP failed at delta={delta}, K={K}, G={G}: {res.message}")
-    pi = np.clip(res.x[:nv].reshape(G, K), 0.0, None)
-    pi /= pi.sum(axis=1, keepdims=True)
-    return MCRSPolicy(K, a, abar, pi, float(delta), float(-res.fun))
+    design = _design_matrix(u, y, K, a, abar)
+    design[np.abs(design) < _DESIGN_DROP] = 0.0
+    n_pi = G * K
+    A_ub = sparse.hstack([-sparse.csr_matrix(design), sparse.identity(M, format="csr")], format="csr")
+    A_eq = sparse.hstack([sparse.kron(sparse.identity(G), np.ones((1, K))), sparse.csr_matrix((G, M))], format="csr")
+    bounds = np.concatenate([np.column_stack([np.zeros(n_pi), np.ones(n_pi)]), np.column_stack([np.zeros(M), f])])
+    x, status = _highs_solve(np.concatenate([np.zeros(n_pi), -w]), A_ub, A_eq, bounds, method)
+    if x is None:
+        raise RuntimeError(f"MCRS LP failed at delta={delta}, K={K}, G={G}: HiGHS {status}")
+    pi = np.clip(x[:n_pi].reshape(G, K), 0.0, None)
+    row_sum = pi.sum(axis=1, keepdims=True)
+    if np.any(row_sum <= 0):
+        raise RuntimeError(f"MCRS LP returned an empty policy row at delta={delta}, K={K}, G={G}: HiGHS {status}")
+    return MCRSPolicy(K, a, abar, pi / row_sum, float(delta), float(w @ np.minimum(x[n_pi:], f)))
 
 
 class PolicyCheckError(RuntimeError):
@@ -305,9 +334,9 @@ class PolicyCheckError(RuntimeError):
 
 
 # LP attempts, in order, when a solve fails or its policy fails the check: (quadrature nodes
-# relative to n_target, HiGHS method). HiGHS sometimes stops with status 15 ("unknown") on one
-# discretisation and solves a neighbouring one.
-LP_ATTEMPTS = ((1.0, "highs"), (2.0 / 3.0, "highs"), (1.0, "highs-ipm"), (4.0 / 3.0, "highs"), (0.5, "highs"))
+# relative to n_target, HiGHS method: "ipm" = interior point without crossover, "simplex").
+# A neighbouring discretisation or the other method solves what one attempt does not.
+LP_ATTEMPTS = ((1.0, "ipm"), (2.0 / 3.0, "ipm"), (4.0 / 3.0, "ipm"), (1.0, "simplex"))
 # The check's tolerance: the exact evaluation of an MCRS policy agrees with itself across
 # equivalent cell layouts only to ~1e-7 (measured: the G = 32 policy at delta = 0.4, K = 2,
 # lifted to its nested G = 64 cells, evaluates 1.0e-7 lower), so degradations are judged at 1e-6.
@@ -316,16 +345,17 @@ CHECK_RTOL = 1e-6
 
 def _reference_policies(delta: float, K: int, G: int) -> list[MCRSPolicy]:
     """Feasible G-cell policies every MCRS solve must match: RASS's optimal weights as a
-    constant policy, and the G // 2 policy lifted to the nested G cells (Chebyshev edges
-    nest: v_2j(G) = v_j(G / 2)), so a degraded LP (HiGHS status 15, falling back to RASS
-    where G = 16 does better) is caught."""
+    constant policy, and the G // 2 policy (:func:`_coarse_policy`: its LP or RASS, whichever
+    is better exactly) lifted to the nested G cells (Chebyshev edges nest: v_2j(G) =
+    v_j(G / 2)), so a degraded LP (a solver failure falling back to RASS where G / 2 cells do
+    better) is caught. One coarser level, not a chain: each level would cost an LP per check."""
     from speccheck.theory.rass import rank_weights
 
     a, abar = mcrs_edges(K, G)
     refs = [MCRSPolicy(K, a, abar, np.tile(rank_weights(delta, K), (G, 1)), delta)]
     if G >= 8 and G % 2 == 0 and K > 1 and 0.0 < delta < _TOP_RANK_DELTA and np.allclose(
             a[::2], mcrs_edges(K, G // 2)[0], rtol=0, atol=1e-15):
-        refs.append(MCRSPolicy(K, a, abar, np.repeat(_policy_cached(delta, K, G // 2, 96).pi, 2, axis=0), delta))
+        refs.append(MCRSPolicy(K, a, abar, np.repeat(_coarse_policy(delta, K, G // 2).pi, 2, axis=0), delta))
     return refs
 
 
@@ -371,18 +401,20 @@ def _policy_cached(delta: float, K: int, G: int, n_target: int) -> MCRSPolicy:
         return MCRSPolicy(K, a, abar, pi, float(delta))
     if G >= 8:
         return checked_policy(delta, K, G, n_target)
-    try:  # coarse grids (the check's reference): the LP, never worse than RASS
+    return _coarse_policy(delta, K, G, n_target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _coarse_policy(delta: float, K: int, G: int, n_target: int = 96) -> MCRSPolicy:
+    """The unchecked G-cell policy (coarse grids, and the check's reference one level down):
+    the LP's policy or RASS's optimal weights as a constant policy, whichever is better when
+    evaluated exactly, so quadrature error or a solver failure never makes it worse than RASS."""
+    from speccheck.theory.rass import rank_weights
+
+    try:
         pol = _solve_lp(delta, K, G, n_target)
     except RuntimeError:
         pol = None
-    # RASS's optimal weights are a feasible (constant) policy: keep whichever is better when
-    # evaluated exactly, so that quadrature error never makes MCRS worse than RASS.
-    try:
-        from speccheck.theory import rank_weights
-    except ImportError:  # pragma: no cover - theory package without RASS
-        if pol is None:
-            raise
-        return pol
     a, abar = mcrs_edges(K, G)
     lp_val = float("nan") if pol is None else pol.lp_acceptance
     rass = MCRSPolicy(K, a, abar, np.tile(rank_weights(delta, K), (G, 1)), float(delta), lp_val)

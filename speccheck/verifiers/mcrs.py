@@ -24,7 +24,9 @@ q_grid) ~ 0.4 |delta - grid| (K = 6, delta = 0.12 on a grid point 0.1: 0.992 vs 
 while the interpolated one keeps the optimum's acceptance. Grid point 0 is the uniform policy
 (g = 1, p = phi exactly; at delta = 0 and for K = 1 the rejected draft is reflected, as RMC);
 mixed with it (0 < delta < 0.001), log g = log1p(t (g_hi - 1)) keeps tiny deltas' residual
-mass. Beyond the grid: the top-rank policy.
+mass. Beyond the grid: the top-rank policy. Above K = MAX_POLICY_K (16) the policy is RASS's
+optimal constant one (pi_r(m) = omega_r), i.e. the RASS kernel: no LP at run time for any K
+(docs/mcrs.md states what it gives up against an LP policy).
 :meth:`MCRS.acceptance` reports the exact acceptance of the policy actually used.
 """
 
@@ -69,6 +71,10 @@ _LOCK = threading.Lock()
 VERIFIER_G = 64
 # Below this delta (every group of a call) the residual skips the rejection rounds (see MCRS._residual).
 TINY_RESIDUAL_DELTA = 0.01
+# Largest K with LP policies (shipped for K = 2..MAX_POLICY_K). Above it MCRS uses RASS's optimal
+# rank weights as its policy, pi_r(m) = omega_r for every m (a valid MCRS policy: g = p_omega / phi),
+# i.e. it runs the RASS kernel; docs/mcrs.md states what that gives up against the LP policy.
+MAX_POLICY_K = 16
 
 
 def grid_index(delta: np.ndarray) -> np.ndarray:
@@ -93,7 +99,10 @@ def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def has_policies(delta: ArrayLike, K: int, G: int = VERIFIER_G) -> bool:
     """Whether the policies the kernel uses at every ``delta`` are available without an LP solve
-    (solved already, stored in the package data or the user cache, or closed-form)."""
+    (solved already, stored in the package data or the user cache, or closed-form; always for
+    K > MAX_POLICY_K, where no LP is ever solved)."""
+    if K > MAX_POLICY_K:
+        return True
     lo, hi, _ = grid_bracket(np.asarray(delta, np.float64))
     table = policy_table(K, G)
     for gi in np.unique(np.concatenate([lo, hi])):
@@ -114,14 +123,14 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
 
 
 # ------------------------------------------------------------------------- stored policies
-# Cold LP solves take 0.1-2 s per grid point for most (K <= 6, delta), but 80-300 s at
-# delta <= 0.005 for K >= 6 and at K = 16 (past HiGHS's time limit: RASS's weights), so solved
-# policies are stored: the package ships speccheck/data/
-# mcrs_policies_G64.npz (K = 2..6 on the whole grid, K = 16 at the gate suite's deltas; rebuilt
-# by ``speccheck reproduce mcrs-policies``), and anything solved later is saved to
-# ~/.cache/speccheck ($SPECCHECK_CACHE_DIR; empty string: off). A stored policy is used only if
-# its grid and cell edges match the current ones; any stored policy is a valid policy, so the
-# kernel stays exact, and acceptance() always evaluates the policy actually used.
+# Cold checked solves take seconds per grid point (two interior-point LPs, on 32 and 64 cells,
+# and RASS's weights; docs/mcrs.md), so solved policies are stored: the package ships
+# speccheck/data/mcrs_policies_G64.npz (K = 2..MAX_POLICY_K on the whole grid, each with the
+# acceptance it passed its check with; rebuilt by ``speccheck reproduce mcrs-policies``), and
+# anything solved later (another G) is saved to ~/.cache/speccheck ($SPECCHECK_CACHE_DIR; empty
+# string: off). A stored policy is used only if its grid and cell edges match the current ones
+# and it is checked (or passes the check when first used); any stored policy is a valid policy,
+# so the kernel stays exact, and acceptance() always evaluates the policy actually used.
 PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs_policies_G{VERIFIER_G}.npz"
 
 
@@ -347,9 +356,16 @@ def log_g(s: Tensor, mix: tuple, tab: dict) -> Tensor:
     return torch.where(rows(uni), torch.log1p(tt * (g_hi - 1.0)), out)
 
 
+def _rass_kernel():  # noqa: ANN202 - the RASS verifier (imported late: a heavier module)
+    from speccheck.verifiers.rass import RASS
+
+    return RASS()
+
+
 class MCRS(ScalarVerifier):
     """Max-conditioned rank selection with LP-optimal (grid-cached) policies; rejection-sampled
-    residual, reflection for the uniform policy (delta < 5e-4 and K = 1)."""
+    residual, reflection for the uniform policy (delta < 5e-4 and K = 1). For K > MAX_POLICY_K
+    the policy is RASS's optimal constant one (no LP at run time): the RASS kernel."""
 
     name = "mcrs"
     description = "max-conditioned rank selection (policy in the largest draft), rejection-sampled residual"
@@ -360,8 +376,13 @@ class MCRS(ScalarVerifier):
         self.G = int(G)
 
     def policies(self, delta: ArrayLike, K: int) -> list:
-        """The MCRSPolicy used at each delta (flat list): the grid policies' interpolation."""
+        """The MCRSPolicy used at each delta (flat list): the grid policies' interpolation
+        (K > MAX_POLICY_K: RASS's weights at that delta as a constant policy)."""
         d = np.asarray(delta, np.float64).ravel()
+        if K > MAX_POLICY_K:
+            from speccheck.verifiers.rass import rass_weights
+
+            return [_theory.constant_policy(w, self.G) for w in rass_weights(d, K)]
         tbl = policy_table(K, self.G)
         out = []
         for x, lo, hi, t in zip(d, *grid_bracket(d)):
@@ -379,6 +400,8 @@ class MCRS(ScalarVerifier):
 
         d = check_delta(delta)
         K = check_K(K)
+        if K > MAX_POLICY_K:
+            return _rass_kernel().acceptance(d, K)
         pols = self.policies(d, K)
         out = np.array([
             1.0 if x == 0 else _theory.acceptance_of_policy(float(x), p) for x, p in zip(d.ravel(), pols)
@@ -387,6 +410,8 @@ class MCRS(ScalarVerifier):
 
     def _kernel(self, delta: Tensor, s: Tensor, generator) -> VerifyResult:
         B, K = s.shape
+        if K > MAX_POLICY_K:
+            return _rass_kernel()._kernel(delta, s, generator)
         dev = s.device
         delta_u, group = group_deltas(delta)
         delta_np = delta_u.cpu().numpy()
@@ -459,7 +484,11 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
                       log: Callable[[str], None] = print) -> Path:
     """Solve the checked G = VERIFIER_G policies for each K at every grid point (or at the grid
     points nearest ``deltas``), record the acceptance each passed its check with
-    (``checked_K{K}``), merge into the npz at ``path`` (keeps checked entries) and return it."""
+    (``checked_K{K}``), merge into the npz at ``path`` (keeps checked entries; written after
+    every grid point, so an interrupted build keeps its progress) and return it.
+
+    A policy already stored for that grid point (package data or user cache, checked or not) is
+    reused only if it passes :func:`speccheck.theory.mcrs.check_level` now; otherwise solved."""
     import time
 
     G = VERIFIER_G
@@ -467,7 +496,16 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
     if Path(path).exists():
         with np.load(path) as z:
             data = {k: z[k] for k in z.files}
+
+    def write() -> None:
+        data["grid"] = DELTA_GRID
+        tmp = Path(str(path) + ".tmp.npz")
+        np.savez_compressed(tmp, **data)
+        os.replace(tmp, path)
+
     for K in Ks:
+        K = int(K)
+        a, abar = _theory.mcrs_edges(K, G)
         key = _layout_key(K, G)
         arr = data.get(f"K{K}")
         checked = data.get(f"checked_K{K}")
@@ -476,19 +514,25 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
             checked = None
         if checked is None or checked.shape != (TOP_INDEX,):
             checked = np.full(TOP_INDEX, np.nan)
+        stored, _ = _stored_pi(K, G)
         idx = range(1, TOP_INDEX) if deltas is None else sorted({int(i) for i in grid_index(np.asarray(deltas))})
         for gi in idx:
             if gi in (0, TOP_INDEX) or np.isfinite(checked[gi]) or K == 1:
                 continue
             t0 = time.perf_counter()
             delta = float(DELTA_GRID[gi])
-            pol = _theory.mcrs_policy(delta, K, G)  # checked: raises rather than return a failing policy
+            pol, source = None, "solved"
+            if not np.isnan(stored[gi, 0, 0]):
+                candidate = _theory.MCRSPolicy(K, a, abar, stored[gi].copy(), delta)
+                if _theory.acceptance_of_policy(delta, candidate) >= _theory.check_level(delta, K, G):
+                    pol, source = candidate, "stored, passes the check"
+            if pol is None:
+                pol = _theory.mcrs_policy(delta, K, G)  # checked: raises rather than return a failing policy
             arr[gi] = pol.pi
             checked[gi] = _theory.acceptance_of_policy(delta, pol)
-            log(f"K={K} delta={delta:g}: acceptance {checked[gi]:.12f} ({time.perf_counter() - t0:.1f} s)")
+            data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+            write()
+            log(f"K={K} delta={delta:g}: acceptance {checked[gi]:.12f} ({source}, {time.perf_counter() - t0:.1f} s)")
         data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
-        data["grid"] = DELTA_GRID
-        tmp = Path(str(path) + ".tmp.npz")
-        np.savez_compressed(tmp, **data)
-        os.replace(tmp, path)
+        write()
     return Path(path)

@@ -232,3 +232,75 @@ def test_policy_solves_are_checked_against_rass_and_the_coarser_grid():
     assert a64 > float(acceptance_rass(0.2, 2)) + 0.01
     assert a64 >= check_level(0.2, 2, 64)
     assert a64 >= float(acceptance_mcrs(0.2, 2, 32)) * (1 - 1e-6)
+
+
+def test_small_delta_lp_is_solved_by_interior_point_and_checked():
+    """Issue 17.5: at small delta the hinge LP is massively degenerate (f nearly flat: h = f = g
+    at most nodes); dual simplex and the interior point's crossover to a vertex stalled on it
+    (K = 16, delta = 0.05, G = 64: 308 s, past the time limit). The first attempt is HiGHS's
+    interior point without crossover; its policy passes the exact check and beats RASS."""
+    from speccheck.theory import mcrs as m
+
+    assert m.LP_ATTEMPTS[0][1] == "ipm"
+    delta, K, G = 0.005, 8, 32
+    pol = m._solve_lp(delta, K, G, 96)
+    acc = m.acceptance_of_policy(delta, pol)
+    assert acc >= m.check_level(delta, K, G)
+    assert acc > float(acceptance_rass(delta, K))
+    assert np.allclose(pol.pi.sum(axis=1), 1.0) and (pol.pi >= 0).all()
+
+
+def test_a_failed_interior_point_falls_back_to_simplex(monkeypatch):
+    """When an attempt returns no solution the next one runs: here every interior-point run
+    fails, the dual-simplex attempt solves, and its policy passes the check."""
+    from speccheck.theory import mcrs as m
+
+    real = m._highs_solve
+    methods = []
+
+    def ipm_fails(cost, A_ub, A_eq, bounds, method):
+        methods.append(method)
+        return (None, "forced failure") if method == "ipm" else real(cost, A_ub, A_eq, bounds, method)
+
+    monkeypatch.setattr(m, "_highs_solve", ipm_fails)
+    delta, K, G = 0.7071, 2, 8  # a delta no other test caches
+    pol = m.checked_policy(delta, K, G)
+    assert "simplex" in methods
+    assert m.acceptance_of_policy(delta, pol) >= m.check_level(delta, K, G)
+    assert not np.isnan(pol.lp_acceptance)  # the LP's policy, not the reference fallback
+
+
+def test_a_solve_stopped_by_the_time_limit_still_returns_a_checked_policy(monkeypatch):
+    """Bounded time: with a time limit far too short for HiGHS every attempt stops early; the
+    returned policy is an LP iterate that passes the exact check or the best reference policy
+    (RASS's weights or the coarser grid's), never an unchecked one."""
+    from speccheck.theory import mcrs as m
+
+    monkeypatch.setattr(m, "LP_TIME_LIMIT", 1e-4)
+    delta, K, G = 0.3123, 4, 16
+    pol = m.checked_policy(delta, K, G)
+    assert m.acceptance_of_policy(delta, pol) >= m.check_level(delta, K, G)
+    assert m.acceptance_of_policy(delta, pol) >= float(acceptance_rass(delta, K)) * (1 - m.CHECK_RTOL)
+
+
+def test_gap_table_findings_and_csv_are_generated_from_the_rows(tmp_path):
+    """The gap table's findings are computed from its rows (issue 13.6: no measured prose in
+    code): the target line names every K <= 4 cell with RASS's gap > 1e-3 that closes < 90%; the
+    CSV stores `closed` in percent, as the min-max table reads it back."""
+    import csv
+
+    from speccheck.theory.mcrs_tables import gap_findings, write_gap_table
+
+    def row(K, delta, gap, closed):
+        return dict(K=K, delta=delta, G=8, rass=0.9, mcrs=0.95, mcrs_lp=0.95, bound=0.9 + gap, rass_gap=gap,
+                    mcrs_gap=gap * (1 - closed), closed=closed, solve_s=0.1)
+
+    rows = [row(2, 0.1, 5e-3, 0.95), row(4, 0.1, 2e-3, 0.889), row(4, 3.0, 1e-8, 0.0), row(6, 0.1, 1e-3 + 1e-9, 0.8)]
+    text = gap_findings(rows)
+    assert "missed in 1 of 2 cells: K = 4, delta = 0.1 (88.9%)" in text
+    assert "K = 6: 80.0-80.0%" in text
+    assert "met in all 1" in gap_findings(rows[:1])
+    md = write_gap_table(tmp_path / "t.md", rows=rows)
+    assert "## Findings" in md.read_text() and "| 4 | 0.1 | 8 |" in md.read_text()
+    with open(tmp_path / "t.csv") as fh:
+        assert [float(r["closed"]) for r in csv.DictReader(fh)][:2] == [95.0, 88.9]
