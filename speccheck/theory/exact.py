@@ -229,8 +229,10 @@ def convexity_pieces(law: RankLaw, z_hi: float) -> Pieces:
 def _newton_polish(fun, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray, iters: int = 60) -> np.ndarray:
     """Root of a monotone function on brackets [lo, hi] (sign change, f_lo = f(lo)): Newton
     steps kept inside the bracket (bisection when one leaves it), shrinking the bracket; only
-    the unconverged entries are iterated. ``fun(x, active)`` returns (f, f') at x for the
-    entries ``active`` (an index array)."""
+    the unconverged entries are iterated. ``fun(x, active)`` returns (f, f', floor) at x for
+    the entries ``active`` (an index array); an entry is done once |f| <= floor (the rounding
+    level of f: every x there is a root to working precision), its Newton correction is below
+    2e-15 relative, or its bracket is that narrow."""
     pos = f_lo > 0
     x = 0.5 * (lo + hi)
     lo, hi = lo.copy(), hi.copy()
@@ -239,7 +241,7 @@ def _newton_polish(fun, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray, iters:
         if active.size == 0:
             break
         xa = x[active]
-        f, df = fun(xa, active)
+        f, df, floor = fun(xa, active)
         left = (f > 0) == pos[active]
         la = np.where(left, xa, lo[active])
         ha = np.where(left, hi[active], xa)
@@ -247,12 +249,12 @@ def _newton_polish(fun, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray, iters:
             newton = xa - f / df
         tol = 2e-15 * np.maximum(1.0, np.abs(xa))
         # converged when the Newton correction is below tol (even if it points at the bracket end)
-        done = (f == 0) | (np.abs(newton - xa) <= tol) | (ha - la <= tol)
+        done = (np.abs(f) <= floor) | (np.abs(newton - xa) <= tol) | (ha - la <= tol)
         ok = np.isfinite(newton) & (newton > la) & (newton < ha)
         nx = np.where(ok | done, newton, 0.5 * (la + ha))
         nx = np.where(np.isfinite(nx), nx, xa)
         lo[active], hi[active] = la, ha
-        x[active] = np.where(f == 0, xa, nx)
+        x[active] = np.where(np.abs(f) <= floor, xa, nx)
         active = active[~done]
     return x
 
@@ -302,7 +304,7 @@ def crossings_batch(law: RankLaw, deltas: np.ndarray, pieces: Pieces | None = No
 
         def slope_fun(x, active):
             cv = curve(law, x, 2)
-            return cv.dL - di[active], cv.d2L
+            return cv.dL - di[active], cv.d2L, 4e-16 * (np.abs(cv.dL) + di[active])
         kz = _newton_polish(slope_fun, grid[k], grid[k + 1], dL[k] - di, iters=40)
         ext_idx[ins] = k
         ext_z[ins] = kz
@@ -340,7 +342,8 @@ def crossings_batch(law: RankLaw, deltas: np.ndarray, pieces: Pieces | None = No
         def F_exact(x, active):
             c = curve(law, x, derivatives=1)
             da = dh[active]
-            return c.L - da * x + 0.5 * da * da, c.dL - da
+            floor = 4e-16 * (np.abs(c.L) + np.abs(da * x) + 0.5 * da * da)
+            return c.L - da * x + 0.5 * da * da, c.dL - da, floor
         roots[has] = _newton_polish(F_exact, lo_z, hi_z, f_lo)
     # rows: halves of (delta, piece) -> (delta, 2 * n_pieces)
     roots = np.concatenate([roots[:d.size].reshape(n, n_pieces), roots[d.size:].reshape(n, n_pieces)], axis=1)

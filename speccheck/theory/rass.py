@@ -9,9 +9,11 @@ Optimal weights (issue 13.2). A is concave in omega, with gradient
 g_r = dA/domega_r = P(S_(r) in {q > p_omega}) and Hessian -sum_c q(c) w_c w_c^T / |F'(c)| over the
 crossings c (``exact.hessian``). The solver is an active-set Newton method on the simplex with an
 exact line search along each direction (A is concave on the line: its slope g . step decreases),
-started from the best of: uniform weights, the top rank, and the small-delta solution whose
+started from the linear interpolation in delta of the shipped weight table (package data; K <= 64),
+or else from the best of: uniform weights, the top rank, and the small-delta solution whose
 crossings sit at the canonical points u_j = (1 - cos(j pi / (K + 2))) / 2 (least squares in the
-Bernstein weights, pulled into the simplex). The certificate is the Frank-Wolfe gap: for every
+Bernstein weights, pulled into the simplex); above K = 16 also the quadrature LP's weights
+(:func:`_starts`). Every start is a pure function of (delta, K). The certificate is the Frank-Wolfe gap: for every
 omega' in the simplex, A(omega') <= A(omega) + g . (omega' - omega) <= A(omega) + max_r g_r - g . omega,
 so ``upper_bound = acceptance + gap`` bounds the true optimum. Pure function of (delta, K): no
 warm starts from earlier calls, so two processes give identical weights in any call order.
@@ -20,6 +22,7 @@ warm starts from earlier calls, so two processes give identical weights in any c
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -34,9 +37,11 @@ from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
 MAX_ITER = 200
-# above K = 16 the solver does not always reach the gap yet (slow progress on degenerate faces):
-# it stops after LARGE_K_MAX_ITER iterations (seconds) and reports the gap it certified
-LARGE_K, LARGE_K_MAX_ITER = 16, 60
+# above K = 16 the solver does not reach the gap (slow progress on degenerate faces, and a
+# certificate far looser than the suboptimality): it starts from the quadrature LP too, stops
+# after LARGE_K_MAX_ITER iterations (bounded time: ~0.1-0.5 s at K = 64; more iterations gain
+# < 1e-7 in A) and reports the gap it certified
+LARGE_K, LARGE_K_MAX_ITER = 16, 3
 _VERBOSE = False
 
 
@@ -366,13 +371,84 @@ def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
     return Certificate(max(best, 0.0), model, c)
 
 
-def _optimise(d: float, K: int, max_iter: int = MAX_ITER) -> RankWeightSolution:
+SHIPPED_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "rass_weights.npz"
+"""The shipped optimal-weight tables (``grid`` and ``K{K}`` arrays, written by
+``speccheck.verifiers.rass.build_weight_data``); read here only for starting points."""
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_table(K: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(delta grid, weights [grid, K]) for K from the package data, or None (no file, no K,
+    or a row that is not a probability vector)."""
+    try:
+        with np.load(SHIPPED_WEIGHTS) as data:
+            if f"K{K}" not in data.files:
+                return None
+            grid, table = np.array(data["grid"], np.float64), np.array(data[f"K{K}"], np.float64)
+    except (OSError, ValueError, KeyError):
+        return None
+    ok = (table.shape == (grid.size, K) and np.all(np.diff(grid) > 0) and np.all(table >= 0)
+          and np.allclose(table.sum(axis=1), 1.0, atol=1e-9))
+    return (grid, table) if ok else None
+
+
+def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(eps, zero): the linear interpolation in delta of the shipped table's weights (a convex
+    combination, so in the simplex; zero where both neighbours are 0), or None when K is not
+    shipped. A pure function of (delta, K) and the package data: never of the call history."""
+    shipped = _shipped_table(K)
+    if shipped is None:
+        return None
+    grid, table = shipped
+    hi = int(np.clip(np.searchsorted(grid, d, side="right"), 1, grid.size - 1))
+    lo = hi - 1
+    t = float(np.clip((d - grid[lo]) / (grid[hi] - grid[lo]), 0.0, 1.0))
+    omega = (1.0 - t) * table[lo] + t * table[hi]
+    zero = omega <= 0.0
+    return np.where(zero, -1.0 / K, omega - 1.0 / K), zero
+
+
+def lp_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(eps, zero) from the quadrature LP (:mod:`speccheck.theory.rass_lp`, HiGHS: deterministic),
+    weights below 1e-9 set to 0; None when HiGHS reports no optimum. Used above K = LARGE_K,
+    where the Newton iterations from the other starts stall on degenerate faces."""
+    from speccheck.theory.rass_lp import rank_weights_lp
+
+    try:
+        w, _ = rank_weights_lp(d, K)
+    except (RuntimeError, ValueError):
+        return None
+    zero = ~(w > 1e-9)
+    if np.all(zero) or not np.all(np.isfinite(w)):
+        return None
+    w = np.where(zero, 0.0, w)
+    w = w / w.sum()
+    return np.where(zero, -1.0 / K, w - 1.0 / K), zero
+
+
+def _starts(d: float, K: int, use_table: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Starting points, all pure functions of (delta, K); the best (first on ties) is used. The
+    shipped table's interpolation when there is one (near the optimum: a few Newton steps; above
+    LARGE_K with the canonical and top-rank starts beside it), else uniform, the top rank and the
+    small-delta canonical solution; above LARGE_K the canonical solution, the quadrature LP's
+    solution and the top rank (uniform is never better there; the top rank is at delta ~ 6,
+    K >= 40, where the LP start stays below D-GRS)."""
     top = np.full(K, -1.0 / K)
     top[-1] = 1.0 - 1.0 / K
-    starts = [(np.zeros(K), np.zeros(K, bool)), (top, np.arange(K) < K - 1),
-              (_canonical_start(d, K), np.zeros(K, bool))]
+    top = (top, np.arange(K) < K - 1)
+    start = table_start(d, K) if use_table else None
+    if start is not None:  # above LARGE_K the table is not optimal: also the two cheap starts
+        return [start] if K <= LARGE_K else [start, (_canonical_start(d, K), np.zeros(K, bool)), top]
+    canonical = (_canonical_start(d, K), np.zeros(K, bool))
+    lp = lp_start(d, K) if K > LARGE_K else None
+    if lp is not None:
+        return [canonical, lp, top]
+    return [(np.zeros(K), np.zeros(K, bool)), top, canonical]
+
+
+def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True) -> RankWeightSolution:
     state = None
-    for eps0, zero0 in starts:
+    for eps0, zero0 in _starts(d, K, use_table):
         trial = _evaluate(d, eps0, zero0)
         if state is None or _gain(trial[3], state[3]) > 0:
             state = trial
@@ -390,9 +466,9 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER) -> RankWeightSolution:
                 gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
         if _VERBOSE:
             print(it, fw, gap, acc, rej, int((~zero).sum()), ev.crossings[0].size)
-        # stop: certified to 1e-15 relative in both A and 1 - A, or the KKT residual is below
-        # 1e-12 and at the rounding floor of the gradient (it stopped shrinking)
-        if gap <= 1e-3 * GAP_TOL * min(1.0, acc, rej):
+        # stop: certified to 1e-12 relative in both A and 1 - A (so <= GAP_TOL absolute), or the
+        # KKT residual is below 1e-12 and at the rounding floor of the gradient (stopped shrinking)
+        if gap <= GAP_TOL * min(1.0, acc, rej):
             break
         stall = stall + 1 if fw > 0.5 * best_fw else 0
         best_fw = min(best_fw, fw)
@@ -430,6 +506,11 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER) -> RankWeightSolution:
                 block = int(np.argmin(ratios))
                 t_max = float(ratios[block])
             res = _line_search(d, eps, zero & ~S, step, t_max, block, ev)
+            # above LARGE_K (iterations capped, so a loss is not recovered) never a step that lowers
+            # A beyond rounding: on a face change the slope test alone can accept one (delta = 6,
+            # K = 64: 0.017595 -> 0.016593); K <= LARGE_K runs on to the certified optimum
+            if res is not None and K > LARGE_K and _gain(res[3], ev) < -1e-12 * min(1.0, acc, rej):
+                res = None
             if res is not None:
                 break
         if res is None:
@@ -490,6 +571,15 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
     else:
         sol = _solution(d, K)
     return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
+
+
+def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
+    """The solution from the starting points that do not read the shipped table (what
+    ``build_weight_data`` writes into it: rebuilding the table does not depend on its old
+    content); not cached."""
+    d = float(check_delta(delta))
+    K = check_K(K)
+    return _closed_form(d, K) or _optimise(d, K, MAX_ITER if K <= LARGE_K else LARGE_K_MAX_ITER, use_table=False)
 
 
 def _cached_keys() -> set:

@@ -32,7 +32,8 @@ def lp_nodes(breaks: np.ndarray, order: int = 8) -> tuple[np.ndarray, np.ndarray
 def lp_domain(d: float, K: int) -> tuple[float, float]:
     """Where min(q, p_omega) has its mass: below delta + S, above -S, and around
     tau* = ln(K)/delta + delta/2 at large delta."""
-    tau_star = np.log(K) / d + 0.5 * d
+    with np.errstate(over="ignore", divide="ignore"):  # subnormal delta: tau* = inf, the window is [-S, S]
+        tau_star = np.log(K) / d + 0.5 * d
     lo = min(max(-S_MAX, d - S_MAX), tau_star - S_MAX)
     hi = max(S_MAX, min(tau_star, d) + S_MAX)
     return lo, hi

@@ -174,6 +174,7 @@ def mp_rass_at(omega: list, d: mp.mpf, roots: list) -> dict:
     sf = {z: law.rank_sf(z) for z in [-mp.inf, mp.inf] + roots}
     acc, rej = mp.mpf(0), mp.mpf(0)
     grad = [mp.mpf(0)] * law.K
+    above = []  # (rank masses, residual) of every piece where q > p
     for a, b, q_above in _mp_pieces(law, d, roots):
         if a >= 0:
             ranks = [sf[a][r] - sf[b][r] for r in range(law.K)]
@@ -185,9 +186,40 @@ def mp_rass_at(omega: list, d: mp.mpf, roots: list) -> dict:
             acc += p_mass
             rej += q_mass - p_mass
             grad = [g + m for g, m in zip(grad, ranks)]
+            above.append((ranks, q_mass - p_mass))
         else:
             acc += q_mass
-    return {"acceptance": acc, "rejection": rej, "gradient": grad, "roots": roots}
+    return {"acceptance": acc, "rejection": rej, "gradient": grad, "roots": roots, "above": above}
+
+
+def mp_certificate(above: list, omega: list) -> mp.mpf:
+    """An upper bound on A* - A(omega), the fast code's certificate (``rass.certificate``) at
+    high precision: per piece I where q > p its gain is <= theta_I res_I + (1 - theta_I) a_I . (omega' - omega)
+    for theta_I in {0, 1}, so A* - A <= sum_I [theta_I res_I - (1 - theta_I) a_I . omega] + max_r c_r,
+    c = sum_I (1 - theta_I) a_I; theta by two passes of coordinate descent from theta = 0 (the
+    Frank-Wolfe gap); never above 1 - A (theta = 1)."""
+    K = len(omega)
+    lin = [mp.fsum(w * m for w, m in zip(omega, ranks)) for ranks, _ in above]
+
+    def value(theta: list) -> mp.mpf:
+        c = [mp.fsum(ranks[r] for (ranks, _), t in zip(above, theta) if not t) for r in range(K)]
+        return mp.fsum(res if t else -li for (_, res), li, t in zip(above, lin, theta)) + max(c)
+
+    theta = [False] * len(above)
+    best = value(theta)
+    order = sorted(range(len(above)), key=lambda i: -(max(above[i][0]) - above[i][1]))
+    for _ in range(2):
+        changed = False
+        for i in order:
+            theta[i] = not theta[i]
+            trial = value(theta)
+            if trial < best:
+                best, changed = trial, True
+            else:
+                theta[i] = not theta[i]
+        if not changed:
+            break
+    return max(min(best, mp.fsum(res for _, res in above)), mp.mpf(0))
 
 
 def mp_refine_root(law: _MPLaw, c: mp.mpf | float, d: mp.mpf, iters: int = 60) -> mp.mpf:
@@ -202,13 +234,21 @@ def mp_refine_root(law: _MPLaw, c: mp.mpf | float, d: mp.mpf, iters: int = 60) -
 
 
 def mp_rass_optimum(delta: mp.mpf | str | float, K: int, omega0: ArrayLike, roots0: ArrayLike,
-                    newton_steps: int = 8) -> dict:
+                    newton_steps: int = 8, deviation0: ArrayLike | None = None) -> dict:
     """The RASS optimum at high precision by the same exact method as the fast code: Newton on
     the face {omega_r > 0} of the fast solution (gradient = rank masses on {q > p}, Hessian
-    -sum_c q(c) w_c w_c^T / |F'(c)|), crossings refined by Newton at every step."""
+    -sum_c q(c) w_c w_c^T / |F'(c)|), crossings refined by Newton at every step.
+
+    ``deviation0`` (omega0 - 1/K as the fast solver holds it) seeds omega = 1/K + deviation in
+    full precision: at tiny delta the deviations are ~delta and omega0's float rounding alone
+    would move 1 - A by ~1e-7 relative (K = 64, delta = 1e-9). The result carries ``gap``, an
+    upper bound on A* - A (:func:`mp_certificate`)."""
     d = mp.mpf(delta)
     support = [r for r in range(K) if omega0[r] > 0]
-    omega = [mp.mpf(float(w)) if w > 0 else mp.mpf(0) for w in omega0]
+    if deviation0 is None:
+        omega = [mp.mpf(float(w)) if w > 0 else mp.mpf(0) for w in omega0]
+    else:
+        omega = [mp.mpf(1) / K + mp.mpf(float(e)) if w > 0 else mp.mpf(0) for w, e in zip(omega0, deviation0)]
     total = mp.fsum(omega)
     omega = [w / total for w in omega]
     roots = [mp.mpf(float(c)) for c in roots0]
@@ -228,13 +268,17 @@ def mp_rass_optimum(delta: mp.mpf | str | float, K: int, omega0: ArrayLike, root
             for i in range(m):
                 for j in range(m):
                     H[i, j] -= scale * w[i] * w[j]
+        # scaled by max |H_ii| and regularised like the fast code: H has rank <= #crossings, and a
+        # support rank whose b_r is ~0 at every crossing (large delta, K = 64: ~1e-80) gives a
+        # numerically zero column (the "matrix is numerically singular" of mp.lu/qr_solve)
+        hs = max(abs(H[i, i]) for i in range(m)) or mp.mpf(1)
         for i in range(m):
+            for j in range(m):
+                H[i, j] /= hs
+            H[i, i] -= mp.mpf(10) ** (-(RASS_DPS // 2))
             H[i, m] = H[m, i] = 1
-        rhs = mp.matrix([-g[r] for r in support] + [0])
-        try:
-            sol = mp.lu_solve(H, rhs)
-        except ZeroDivisionError:
-            sol = mp.qr_solve(H, rhs)[0]
+        rhs = mp.matrix([-g[r] / hs for r in support] + [0])
+        sol = mp.lu_solve(H, rhs)
         step = [sol[i] for i in range(m)]
         mean = mp.fsum(step) / m
         t = mp.mpf(1)
@@ -254,6 +298,7 @@ def mp_rass_optimum(delta: mp.mpf | str | float, K: int, omega0: ArrayLike, root
         if spread < mp.mpf(10) ** (-(RASS_DPS - 15)):
             break
     res["omega"] = omega
+    res["gap"] = mp_certificate(res["above"], omega)
     return res
 
 
@@ -269,9 +314,9 @@ def rass_golden_rows(deltas: Iterable[str] | None = None, Ks: Iterable[int] | No
                 if float(ds) == 0.0:
                     continue
                 sol = rank_weight_solution(float(ds), K)
-                res = mp_rass_optimum(ds, K, sol.omega, sol.crossings)
+                res = mp_rass_optimum(ds, K, sol.omega, sol.crossings, deviation0=sol.deviation)
                 yield {"delta": ds, "K": K, "rass": mp.nstr(res["acceptance"], 30),
-                       "rass_rejection": mp.nstr(res["rejection"], 30)}
+                       "rass_rejection": mp.nstr(res["rejection"], 30), "rass_gap": mp.nstr(max(res["gap"], 0), 5)}
 
 
 RASS_DELTAS = ["1e-12", "1e-9", "1e-6", "1e-3", "0.01", "0.1", "0.5", "1", "1.5", "2", "3", "4", "6", "8", "12",
@@ -293,7 +338,7 @@ def golden_rows(deltas: Iterable[str] | None = None, Ks: Iterable[int] | None = 
                 }
 
 
-GOLDEN_FIELDS = ["delta", "K", "rmc", "dgrs", "iid_bound", "rass", "rass_rejection"]
+GOLDEN_FIELDS = ["delta", "K", "rmc", "dgrs", "iid_bound", "rass", "rass_rejection", "rass_gap"]
 
 
 def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Path:
@@ -306,9 +351,9 @@ def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Pa
     for r in rows:
         extra = rass.get((r["delta"], r["K"]))
         if float(r["delta"]) == 0.0 and r["K"] in rass_K:
-            extra = {"rass": "1.0", "rass_rejection": "0.0"}
-        r["rass"] = extra["rass"] if extra else ""
-        r["rass_rejection"] = extra["rass_rejection"] if extra else ""
+            extra = {"rass": "1.0", "rass_rejection": "0.0", "rass_gap": "0.0"}
+        for key in ("rass", "rass_rejection", "rass_gap"):
+            r[key] = extra[key] if extra else ""
     out = Path(out_dir) / "golden_acceptance.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
@@ -320,6 +365,9 @@ def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Pa
             f"# rass, rass_rejection: the optimal-RASS acceptance A and 1 - A at {RASS_DPS} digits, by the\n"
             "# same exact method as the fast code (crossings refined by Newton, closed-form binomial-tail\n"
             "# and normal masses, Newton on the optimality conditions from the fast solver's face).\n"
+            "# rass_gap: a certified bound on optimum - rass (the fast code's piecewise certificate, at\n"
+            "# 60 digits): rass is the optimum to that accuracy. Where it is not small (K = 64: the Newton\n"
+            "# face from the fast solution is not the optimal one), rass is a lower bound on the optimum.\n"
         )
         writer = csv.DictWriter(fh, fieldnames=GOLDEN_FIELDS)
         writer.writeheader()

@@ -229,3 +229,39 @@ def test_huge_delta_is_answered_analytically():
     for d in [1e10, 1e300]:
         assert acceptance_rass(d, 64) == 0.0 and rejection_rass(d, 64) == 1.0
         assert acceptance_rass(d, 128, np.full(128, 1 / 128)) == 0.0
+
+
+def test_shipped_tables_cover_every_K_up_to_64_and_are_what_the_solver_certifies():
+    """The package's weight tables (issue 17.5: the `full` suite's continuous layer runs K = 1..64)
+    hold a probability vector per grid point for every K in 1..64; on sampled cells the table's
+    weights reach the current solver's answer up to its certified gap (they are its output), and
+    D-GRS's acceptance (the papers' claim)."""
+    from speccheck.theory import rass as rass_theory
+
+    with np.load(rass_theory.SHIPPED_WEIGHTS) as data:
+        grid = np.array(data["grid"])
+        assert {f"K{K}" for K in range(1, 65)} <= set(data.files)
+        tables = {K: np.array(data[f"K{K}"]) for K in range(1, 65)}
+    for K, table in tables.items():
+        assert table.shape == (grid.size, K) and np.all(table >= 0)
+        assert np.allclose(table.sum(axis=1), 1.0, atol=1e-12)
+    for K, i in [(3, 40), (8, 100), (20, 30), (33, 160), (47, 60), (64, 5), (64, 180), (40, 180)]:
+        d = float(grid[i])
+        sol = rass_theory.cold_rank_weight_solution(d, K)
+        used = tables[K][i]
+        acc = float(acceptance_rass(d, K, used))
+        assert acc >= sol.acceptance - sol.gap - 1e-12, (K, d, acc, sol.acceptance, sol.gap)
+        assert acc >= float(acceptance_dgrs(d, K)) * (1 - 1e-12), (K, d)
+
+
+def test_table_start_is_a_pure_function_of_delta_and_K():
+    from speccheck.theory import rass as rass_theory
+
+    first = [rass_theory.table_start(d, 8) for d in (0.013, 0.7, 3.33, 45.0)]
+    rass_theory.table_start(1.9, 8)
+    again = [rass_theory.table_start(d, 8) for d in (0.013, 0.7, 3.33, 45.0)]
+    for (e1, z1), (e2, z2) in zip(first, again):
+        assert np.array_equal(e1, e2) and np.array_equal(z1, z2)
+        w = 1.0 / 8 + np.where(z1, -1.0 / 8, e1)
+        assert np.all(w >= -1e-15) and abs(w.sum() - 1.0) <= 1e-12
+    assert rass_theory.table_start(1.0, 100) is None  # no table beyond K = 64: the cold starts
