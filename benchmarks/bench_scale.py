@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="calibration runs split into battery cells (`speccheck calibrate --cells`)")
     ap.add_argument("--sweep-rules", nargs="+", default=["dgrs"])
     ap.add_argument("--trajectories", type=int, default=None, help="per sweep cell (default 100; --quick: 20)")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="sweep: trajectories per unit (`speccheck sweep --chunk`; default: one unit per cell)")
     ap.add_argument("--battery-suite", default=None, help="suite of the battery-cells part (default gate)")
     ap.add_argument("--battery-rule", default="dgrs")
     ap.add_argument("--K", type=int, default=7)
@@ -153,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         if "sweep" not in args.skip:
             proto = preset("gmm-paper", lazy=True)
             cells = [(K, L) for K in range(1, args.K + 1) for L in range(1, args.L + 1)]
+            per_cell = 1 if args.chunk is None else -(-args.trajectories // args.chunk)
             print(f"sweep: {args.K}x{args.L} lazy on gmm-paper, rules {args.sweep_rules}, {args.trajectories} "
-                  f"trajectories per cell = {len(cells) * len(args.sweep_rules)} units", flush=True)
+                  f"trajectories per cell = {len(cells) * len(args.sweep_rules) * per_cell} units"
+                  + ("" if args.chunk is None else f" (chunks of {args.chunk})"), flush=True)
             _timed_pair("sweep", lambda ex, st: jobs.run_sweep(
-                proto, args.sweep_rules, cells, args.trajectories, 0, store=st, executor=ex), folder)
+                proto, args.sweep_rules, cells, args.trajectories, 0, store=st, executor=ex, chunk=args.chunk), folder)
         if "battery" not in args.skip:
             print(f"battery: suite {args.battery_suite} on {args.battery_rule}, one unit per cell", flush=True)
             _battery_pair(args.battery_suite, args.battery_rule, folder)

@@ -29,6 +29,12 @@ _STARTUP_S = 120.0  # starting the workers and importing torch there, before the
 # Units are CPU-bound Python: the workers' statistical profiler (a stack sample every 10 ms) and
 # GIL monitor (every 1 ms) would compete with them for the GIL; local clusters run without them.
 _QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.gil.enabled": False}
+# Battery units allocate and free tensors of tens of MB many times a second. Dask's default
+# pre-spawn MALLOC_TRIM_THRESHOLD_ (64 KiB) hands that memory back to the kernel after every
+# free, so each new tensor page-faults again (half the CPU went to the kernel on 2 workers);
+# glibc's largest mmap threshold keeps freed blocks in the heap for reuse.
+_WORKER_MALLOC = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 1 << 30,
+                  "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": 1 << 25}
 
 
 class Executor(Protocol):
@@ -120,7 +126,7 @@ class DaskExecutor:
         else:
             import dask
 
-            with dask.config.set(_QUIET_WORKERS):  # handed to the worker processes as they start
+            with dask.config.set({**_QUIET_WORKERS, **_WORKER_MALLOC}):  # handed to the worker processes as they start
                 self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
                                              dashboard_address=":0", silence_logs=logging.CRITICAL,
                                              env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
