@@ -9,19 +9,9 @@ import json
 
 import pytest
 
-from speccheck import cli
+from tests.cli_support import run_cli, tiny_suite_text, write_suite
 
-TINY = """
-name = "tiny-workers"
-seed = 5
-family_alpha = 1e-3
-[scalar]
-deltas = [1.0]
-K = [1, 2]
-n = 2048
-[contract]
-n = 64
-[continuous]
+CONTINUOUS = """[continuous]
 K = [1, 2]
 edges = [1e-3, 1.0, 40.0]
 n = 512
@@ -34,16 +24,7 @@ confirm_n = 2048
 
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
-    path = tmp_path_factory.mktemp("suite") / "tiny.toml"
-    path.write_text(TINY)
-    return str(path)
-
-
-def _run(argv, capsys):
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "Traceback" not in out
-    return code, out, err
+    return write_suite(tmp_path_factory.mktemp("suite"), tiny_suite_text("tiny-workers", extra=CONTINUOUS))
 
 
 def _untimed(obj):
@@ -57,7 +38,7 @@ def test_one_and_two_workers_give_one_report(tiny_suite, tmp_path, capsys):
     reports = {}
     for workers in ("1", "2"):
         path = tmp_path / f"r{workers}.json"
-        code, out, err = _run(["battery", "--verifier", "tests.cli.hostile:Biased", "--suite", tiny_suite,
+        code, out, err = run_cli(["battery", "--verifier", "tests.cli.hostile:Biased", "--suite", tiny_suite,
                                "--workers", workers, "--json", str(path), "--no-progress"], capsys)
         assert code == 1 and "RESULT: FAIL" in out and "confirmed on" in out, (out[-2000:], err[-2000:])
         reports[workers] = json.loads(path.read_text())
@@ -71,7 +52,7 @@ def test_mutants_as_units_on_two_workers(tiny_suite, tmp_path, capsys):
     for workers in ("1", "2"):
         path = tmp_path / f"m{workers}.json"
         store = tmp_path / f"m{workers}.sqlite"
-        code, out, err = _run(["battery", "--mutants", *names, "--suite", tiny_suite, "--workers", workers,
+        code, out, err = run_cli(["battery", "--mutants", *names, "--suite", tiny_suite, "--workers", workers,
                                "--store", str(store), "--json", str(path), "--no-progress"], capsys)
         assert code == 0 and "2/2 mutants killed" in out, (out[-2000:], err[-2000:])
         out_json[workers] = json.loads(path.read_text())
@@ -82,7 +63,7 @@ def test_mutants_as_units_on_two_workers(tiny_suite, tmp_path, capsys):
 
 
 def test_code_under_test_cannot_choose_the_exit_code_on_dask(tiny_suite, capsys):
-    code, _, err = _run(["battery", "--verifier", "tests.cli.hostile:SysExitZero", "--suite", tiny_suite,
+    code, _, err = run_cli(["battery", "--verifier", "tests.cli.hostile:SysExitZero", "--suite", tiny_suite,
                          "--workers", "2", "--no-progress"], capsys)
     assert code == 2 and "sys.exit(0)" in err and "no verdict" in err, err
 
@@ -94,5 +75,5 @@ def test_code_under_test_cannot_choose_the_exit_code_on_dask(tiny_suite, capsys)
     (["--store", "."], "--store"),
 ])
 def test_bad_executor_options(tiny_suite, capsys, extra, message):
-    code, _, err = _run(["battery", "--verifier", "dgrs", "--suite", tiny_suite, *extra], capsys)
+    code, _, err = run_cli(["battery", "--verifier", "dgrs", "--suite", tiny_suite, *extra], capsys)
     assert code == 2 and message in err, err

@@ -11,21 +11,10 @@ import sys
 
 import pytest
 
-from speccheck import cli
 from tests.cli import hostile
+from tests.cli_support import run_cli, tiny_suite_text, write_suite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = """
-name = "tiny-hostile"
-seed = 5
-family_alpha = 1e-3
-[scalar]
-deltas = [1.0]
-K = [1, 2]
-n = 2048
-[contract]
-n = 64
-"""
 # what the message must say for the no-verdict cases
 REASONS = {
     "SysExitZero": "sys.exit(0)",
@@ -34,24 +23,17 @@ REASONS = {
     "Hang": "ran longer than the timeout",
     "MemoryHog": "MemoryError",
 }
+
+
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
-    path = tmp_path_factory.mktemp("suite") / "tiny.toml"
-    path.write_text(TINY)
-    return str(path)
-
-
-def _run(argv, capsys):
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "Traceback" not in out
-    return code, out, err
+    return write_suite(tmp_path_factory.mktemp("suite"), tiny_suite_text("tiny-hostile"))
 
 
 @pytest.mark.parametrize("name", sorted(hostile.VERDICTS) + sorted(hostile.STATISTICAL_ONLY))
 def test_battery_verdict(name, tiny_suite, capsys):
     want = {**hostile.VERDICTS, **hostile.STATISTICAL_ONLY}[name]
-    code, out, err = _run(["battery", "--verifier", f"tests.cli.hostile:{name}", "--suite", tiny_suite,
+    code, out, err = run_cli(["battery", "--verifier", f"tests.cli.hostile:{name}", "--suite", tiny_suite,
                            "--no-progress", "--timeout", "4"], capsys)
     assert code == want, (out[-2000:], err[-2000:])
     if want == 1:
@@ -71,7 +53,7 @@ CHECK_CASES = sorted(n for n in hostile.VERDICTS if n not in ("Segfault", "Hang"
 @pytest.mark.parametrize("name", CHECK_CASES)
 def test_check_verdict(name, capsys):
     want = hostile.VERDICTS[name]
-    code, out, err = _run(["verifiers", "--check", f"tests.cli.hostile:{name}", "--timeout", "4"], capsys)
+    code, out, err = run_cli(["verifiers", "--check", f"tests.cli.hostile:{name}", "--timeout", "4"], capsys)
     assert code == want, (out[-2000:], err[-2000:])
     if want == 1:
         assert "contract checks FAILED" in out and "FAIL " in out
@@ -84,14 +66,14 @@ def test_check_verdict(name, capsys):
 def test_statistical_defect_passes_the_contract_check(capsys):
     """--check runs the contract layer only: a biased but well-formed rule passes it (the
     battery's statistical layers catch it, see test_battery_verdict)."""
-    code, out, _ = _run(["verifiers", "--check", "tests.cli.hostile:Biased"], capsys)
+    code, out, _ = run_cli(["verifiers", "--check", "tests.cli.hostile:Biased"], capsys)
     assert code == 0 and "ok" in out
 
 
 def test_module_that_exits_on_import(tiny_suite, capsys):
     for argv in (["battery", "--verifier", "tests.cli.hostile_import_exit:Rule", "--suite", tiny_suite],
                  ["verifiers", "--check", "tests.cli.hostile_import_exit:Rule"]):
-        code, out, err = _run(argv, capsys)
+        code, out, err = run_cli(argv, capsys)
         assert code == 2 and "sys.exit(0)" in err, err
 
 

@@ -15,18 +15,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from speccheck import cli
+from tests.cli_support import tiny_suite_text
 
-TINY = """
-name = "tiny-cli"
-seed = 5
-family_alpha = 1e-3
-[scalar]
-deltas = [1.0]
-K = [1, 2]
-n = 4096
-[contract]
-n = 64
-"""
+TINY = tiny_suite_text("tiny-cli", n=4096)
 
 RULES = '''
 import torch

@@ -175,6 +175,25 @@ def test_rass_residual_support_is_superset(K):
                 assert ok or iv.mass < 1e-40, (K, d, iv, sup)
 
 
+def _residual_pit(x: np.ndarray, group: np.ndarray, deltas: np.ndarray, K: int, W: np.ndarray) -> np.ndarray:
+    """Probability integral transform of each residual draw x (row group j: delta_j, weights W[j])
+    under its residual law (q - p_omega)_+ / mass; U(0, 1) when the draws are exact."""
+    u = np.empty(x.shape[0])
+    for j, d in enumerate(deltas):
+        ivs = theory.residual_intervals(float(d), K, W[j])
+        total = sum(iv.mass for iv in ivs)
+        rows = x[group == j]
+        cdf = np.zeros_like(rows)
+        for lo, hi, _ in ivs:
+            clipped = np.clip(rows, lo, hi)
+            q_mass = normal_mass(np.full_like(clipped, lo - d), clipped - d)
+            p_below_lo = theory.cdf_p_omega(lo, K, W[j]) if np.isfinite(lo) else 0.0
+            p_mass = theory.cdf_p_omega(clipped, K, W[j]) - p_below_lo
+            cdf += q_mass - p_mass
+        u[group == j] = np.clip(cdf / total, 0.0, 1.0)
+    return u
+
+
 @pytest.mark.parametrize("truncate", [True, False])
 def test_rass_rejection_many_deltas(truncate, monkeypatch):
     """Rejection residual for rows of 40 distinct off-grid deltas in one call, with proposals
@@ -190,19 +209,7 @@ def test_rass_rejection_many_deltas(truncate, monkeypatch):
     A = torch.tensor(W * C, dtype=torch.float64)
     Ad = torch.tensor((W - 1.0 / K) * C, dtype=torch.float64)
     x = rass_mod.RASS()._residual(torch.tensor(deltas), A, Ad, group, g).numpy()
-    u = np.empty(N)
-    gn = group.numpy()
-    for j, d in enumerate(deltas):
-        ivs = theory.residual_intervals(float(d), K, W[j])
-        total = sum(iv.mass for iv in ivs)
-        xr = x[gn == j]
-        out = np.zeros_like(xr)
-        for lo, hi, _ in ivs:
-            xc = np.clip(xr, lo, hi)
-            q = normal_mass(np.full_like(xc, lo - d), xc - d)
-            p = theory.cdf_p_omega(xc, K, W[j]) - (theory.cdf_p_omega(lo, K, W[j]) if np.isfinite(lo) else 0.0)
-            out += q - p
-        u[gn == j] = np.clip(out / total, 0.0, 1.0)
+    u = _residual_pit(x, group.numpy(), deltas, K, W)
     assert_cdf(torch.from_numpy(u), lambda t: np.clip(t, 0.0, 1.0), label="rass rejection many deltas")
 
 
@@ -276,17 +283,5 @@ def test_rass_icdf_residual_law_with_many_deltas(K):
     v = rass_mod.RASSInverseCDF()
     mix = rass_mod.mix_from_weights(W, True, torch.device("cpu"))
     x = v._residual_rows(torch.tensor(deltas), mix, None, group, g, deltas).numpy()
-    u = np.empty(N)
-    gn = group.numpy()
-    for j, d in enumerate(deltas):
-        ivs = theory.residual_intervals(float(d), K, W[j])
-        total = sum(iv.mass for iv in ivs)
-        xr = x[gn == j]
-        out = np.zeros_like(xr)
-        for lo, hi, _ in ivs:
-            xc = np.clip(xr, lo, hi)
-            q = normal_mass(np.full_like(xc, lo - d), xc - d)
-            p = theory.cdf_p_omega(xc, K, W[j]) - (theory.cdf_p_omega(lo, K, W[j]) if np.isfinite(lo) else 0.0)
-            out += q - p
-        u[gn == j] = np.clip(out / total, 0.0, 1.0)
+    u = _residual_pit(x, group.numpy(), deltas, K, W)
     assert_cdf(torch.from_numpy(u), lambda t: np.clip(t, 0.0, 1.0), label=f"rass-icdf many deltas K={K}")
