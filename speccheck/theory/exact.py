@@ -17,8 +17,9 @@ beta = phi/Phibar and g_r = (r-1) alpha - (K-r) beta,
 
 L'' is evaluated on a grid (8K + 32 Chebyshev nodes in u, where a degree-(K-1) polynomial can
 oscillate, plus a z-grid of step 1/16 on [-8, delta + 8] and 1/2 out to [-40, delta + 40]) and
-its sign changes are refined (Illinois, to 1e-9): this splits the line into pieces on which L is
-convex or concave. That is the one assumption: no two inflection points of L closer than a grid
+its sign changes are refined (Newton with the exact L^(3), to ~1e-5; :func:`_inflections` says
+why that is enough): this splits the line into pieces on which L is convex or concave. That is
+the one assumption: no two inflection points of L closer than a grid
 step (the tests compare every crossing with a 2e-4 scan for random weights, K <= 16). On such a
 piece F' = L' - delta is monotone, so F has one extremum (solved from L' = delta) and at most one
 root on each side of it, where F is monotone: every root is bracketed by a strict sign change,
@@ -35,10 +36,16 @@ uniform weights: no cancellation; the normal part uses the exact width delta), s
 ~1e-14 relative precision down to delta = 1e-12 (and below, to 1e-300) for weights given as
 deviations eps (the optimiser's variable); weights given as floats near 1/K carry their own
 rounding (~1e-17 absolute in eps).
+
+Speed (issue 13). The omega-free parts of the curve on the scan grid are computed once per
+(K, grid) (:func:`_grid_basis`); rank sums use moment columns, not (n, K) temporaries; one delta
+(the optimiser's case) takes :func:`crossings_one`, which needs no per-piece bookkeeping; the
+vectorised masses are weighted before they are differenced when no gradient is wanted.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import NamedTuple
@@ -66,9 +73,21 @@ class RankLaw(NamedTuple):
     log_coef: np.ndarray  # log of K binom(K-1, r-1), r = 1..K
 
 
+@functools.lru_cache(maxsize=256)
 def _log_coef(K: int) -> np.ndarray:
     r = np.arange(1, K + 1)
-    return np.log(K) + special.gammaln(K) - special.gammaln(r) - special.gammaln(K - r + 1)
+    out = np.log(K) + special.gammaln(K) - special.gammaln(r) - special.gammaln(K - r + 1)
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _rank_exponents(K: int) -> tuple[np.ndarray, np.ndarray]:
+    """(r - 1, K - r) for r = 1..K, as float rows (read-only)."""
+    r = np.arange(1, K + 1, dtype=np.float64)
+    low, high = r - 1.0, K - r
+    low.flags.writeable = high.flags.writeable = False
+    return low, high
 
 
 def _zero_sum(eps: np.ndarray) -> np.ndarray:
@@ -104,52 +123,184 @@ def law_from_eps(eps: np.ndarray, zero: np.ndarray | None = None) -> RankLaw:
 
 
 class Curve(NamedTuple):
-    """L, L', L'' at points z, and the log order-statistic densities log b_r(Phi(z)) (n, K)."""
+    """L, L', L'' (and L^(3) when asked) at points z."""
 
     L: np.ndarray
     dL: np.ndarray
     d2L: np.ndarray
+    d3L: np.ndarray | None = None
+
+
+@functools.lru_cache(maxsize=256)
+def _moment_columns(K: int) -> np.ndarray:
+    """Columns (1, l, h, l(l-1), h(h-1), l h, l^3, h^3, l^2 h, l h^2) per rank (K, 10), l = r-1,
+    h = K-r: with g_r = l alpha - h beta, every rank sum in L', L'', L^(3) (module doc) is an
+    alpha, beta combination of the sums sum_r c_r column_r (no (n, K) temporaries)."""
+    low, high = _rank_exponents(K)
+    out = np.column_stack([np.ones(K), low, high, low * (low - 1.0), high * (high - 1.0), low * high,
+                           low ** 3, high ** 3, low * low * high, low * high * high])
+    out.flags.writeable = False
+    return out
 
 
 def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
     """L(z) = log P(Phi(z)) and its first two derivatives (exact formulas, see the module doc).
 
     Where |P - 1| <= 1/2 the deviation form (log1p of sum eps_r b_r) keeps relative precision
-    for omega near uniform; elsewhere the posterior (log-sum-exp) form is used.
+    for omega near uniform; elsewhere the posterior (log-sum-exp) form is used. With
+    g_r = (r-1) alpha - (K-r) beta: sum_r c_r g_r = alpha S_low - beta S_high and
+    sum_r c_r (g_r^2 - (r-1) alpha^2 - (K-r) beta^2) = alpha^2 S_low2 + beta^2 S_high2 - 2 alpha beta S_mixed
+    (S_x = sum_r c_r x_r over the columns of :func:`_moment_columns`), for c = b eps (deviation
+    form) or c = the posterior (log-sum-exp form).
+
+    derivatives = 3 also gives L^(3) = E[T] - (L'' + L'^2) L' - 2 L' L'' (E over the posterior
+    of the rank given z), T = g'' + 3 g g' + g^3 = (z^2 - 1) g + 3 z a2 + 2 l alpha^3 - 2 h beta^3
+    - 3 z g^2 - 3 g a2 + g^3 with a2 = l alpha^2 + h beta^2 (from alpha' = -z alpha - alpha^2,
+    beta' = -z beta + beta^2, g' = -z g - a2, d E[f] / dz = E[f'] + Cov(f, g)); used to refine
+    the inflection points of L by Newton's method.
     """
     z = np.asarray(z, np.float64)
-    shape = z.shape
-    z = z.ravel()
-    K = law.K
-    r = np.arange(1, K + 1, dtype=np.float64)
+    if z.ndim != 1:  # flat arrays inside, the caller's shape on the way out
+        return Curve(*(a.reshape(z.shape) if a is not None and a.size == z.size else a
+                       for a in curve(law, z.ravel(), derivatives)))
+    empty = np.empty(0)
+    low, high = _rank_exponents(law.K)
+    columns = _moment_columns(law.K)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_u = special.log_ndtr(z)
+        log_v = special.log_ndtr(-z)
+        log_b = law.log_coef + np.multiply.outer(log_u, low) + np.multiply.outer(log_v, high)
+        b = np.exp(log_b)
+        sums = b @ (law.eps[:, None] * columns)  # (n, 6): sum_r b_r eps_r column_r
+        dev = sums[:, 0]
+        far = np.nonzero(~(np.abs(dev) <= 0.5))[0]
+        P = 1.0 + dev
+        L = np.log1p(dev)
+        if far.size:
+            t = log_b[far] + law.log_w
+            top = np.max(t, axis=1, keepdims=True)
+            e = np.exp(t - top)
+            tot = e.sum(axis=1)
+            L[far] = top[:, 0] + np.log(tot)
+            sums[far] = (e / tot[:, None]) @ columns
+            P[far] = 1.0
+        if derivatives == 0:
+            return Curve(L, empty, empty)
+        log_phi = -0.5 * z * z - LOG_SQRT_2PI
+        alpha = np.exp(log_phi - log_u)
+        beta = np.exp(log_phi - log_v)
+        dL = (alpha * sums[:, 1] - beta * sums[:, 2]) / P
+        if derivatives == 1:
+            return Curve(L, dL, empty)
+        S2 = (alpha * alpha * sums[:, 3] + beta * beta * sums[:, 4] - 2.0 * alpha * beta * sums[:, 5]) / P
+        d2L = -z * dL + S2 - dL * dL
+        if derivatives == 2:
+            return Curve(L, dL, d2L)
+        a2, b2 = alpha * alpha, beta * beta
+        a3, b3 = a2 * alpha, b2 * beta
+        s_l, s_h = sums[:, 1], sums[:, 2]
+        s_ll, s_hh, s_lh = sums[:, 3] + s_l, sums[:, 4] + s_h, sums[:, 5]
+        g1 = alpha * s_l - beta * s_h
+        a2s = a2 * s_l + b2 * s_h
+        g2 = a2 * s_ll - 2.0 * alpha * beta * s_lh + b2 * s_hh
+        ga2 = a3 * s_ll + alpha * b2 * s_lh - a2 * beta * s_lh - b3 * s_hh
+        g3 = a3 * sums[:, 6] - 3.0 * a2 * beta * sums[:, 8] + 3.0 * alpha * b2 * sums[:, 9] - b3 * sums[:, 7]
+        ET = ((z * z - 1.0) * g1 + 3.0 * z * a2s + 2.0 * a3 * s_l - 2.0 * b3 * s_h - 3.0 * z * g2 - 3.0 * ga2 + g3) / P
+        d3L = ET - (d2L + dL * dL) * dL - 2.0 * dL * d2L
+    return Curve(L, dL, d2L, d3L)
+
+
+class _Basis(NamedTuple):
+    """omega-free parts of the curve at fixed points z: log b_r, b_r, g_r and h_r = g_r^2 -
+    (r-1) alpha^2 - (K-r) beta^2 (n, K), and b g, b h."""
+
+    z: np.ndarray
+    log_b: np.ndarray
+    b: np.ndarray
+    g: np.ndarray
+    h: np.ndarray
+    bg: np.ndarray
+    bh: np.ndarray
+
+
+def _basis(K: int, z: np.ndarray, log_u: np.ndarray, log_v: np.ndarray, log_b: np.ndarray,
+           b: np.ndarray) -> _Basis:
+    low, high = _rank_exponents(K)
+    log_phi = -0.5 * z * z - LOG_SQRT_2PI
+    alpha = np.exp(log_phi - log_u)
+    beta = np.exp(log_phi - log_v)
+    g = np.multiply.outer(alpha, low) - np.multiply.outer(beta, high)
+    h = g * g - np.multiply.outer(alpha * alpha, low) - np.multiply.outer(beta * beta, high)
+    return _Basis(z, log_b, b, g, h, b * g, b * h)
+
+
+def _basis_at(K: int, z: np.ndarray) -> _Basis:
+    low, high = _rank_exponents(K)
     log_u = special.log_ndtr(z)
     log_v = special.log_ndtr(-z)
-    log_b = law.log_coef + (r - 1) * log_u[:, None] + (K - r) * log_v[:, None]
-    b = np.exp(log_b)
-    dev = b @ law.eps
-    near = np.abs(dev) <= 0.5
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = log_b + law.log_w
-        top = np.max(t, axis=1, keepdims=True)
-        e = np.exp(t - top)
-        tot = e.sum(axis=1)
-        L_log = top[:, 0] + np.log(tot)
-        L = np.where(near, np.log1p(np.where(near, dev, 0.0)), L_log)
+    log_b = _log_coef(K) + np.multiply.outer(log_u, low) + np.multiply.outer(log_v, high)
+    return _basis(K, z, log_u, log_v, log_b, np.exp(log_b))
+
+
+BASE_SPLIT = 8.0  # scan-grid nodes below this do not depend on z_hi (>= Z_PAD): computed once per K
+
+
+@functools.lru_cache(maxsize=256)
+def _base_basis(K: int) -> _Basis:
+    """The curve terms at the scan-grid nodes below BASE_SPLIT (the same for every z_hi >= Z_PAD)."""
+    grid = scan_grid(K, Z_PAD)
+    basis = _basis_at(K, grid[grid < BASE_SPLIT])
+    for a in basis:
+        a.flags.writeable = False
+    return basis
+
+
+@functools.lru_cache(maxsize=4)
+def _grid_basis(K: int, z_hi: float) -> _Basis:
+    """The scan grid of (K, z_hi) with its omega-free curve terms (a pure function of its
+    arguments; reused by the evaluations of one solve, which share delta): the nodes below
+    BASE_SPLIT from the per-K table, the others computed here."""
+    grid = scan_grid(K, z_hi)
+    base = _base_basis(K) if z_hi >= Z_PAD else None
+    tail = grid[grid >= BASE_SPLIT]
+    if base is not None and base.z.size + tail.size == grid.size:
+        top = _basis_at(K, tail)
+        basis = _Basis(*(np.concatenate([b, t]) for b, t in zip(base, top)))
+    else:
+        basis = _basis_at(K, grid)
+    for a in basis:
+        a.flags.writeable = False
+    return basis
+
+
+def _curve_terms(law: RankLaw, basis: _Basis, derivatives: int) -> Curve:
+    """L, L', L'' at the basis points, from the omega-free terms (as :func:`curve`, per rank)."""
+    empty = np.empty(0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        dev = basis.b @ law.eps
+        far = np.nonzero(~(np.abs(dev) <= 0.5))[0]
+        P = 1.0 + dev
+        L = np.log1p(dev)
+        post = None
+        if far.size:
+            t = basis.log_b[far] + law.log_w
+            top = np.max(t, axis=1, keepdims=True)
+            e = np.exp(t - top)
+            tot = e.sum(axis=1)
+            L[far] = top[:, 0] + np.log(tot)
+            post = e / tot[:, None]
         if derivatives == 0:
-            return Curve(L.reshape(shape), np.empty(0), np.empty(0))
-        post = e / tot[:, None]
-        log_phi = -0.5 * z * z - LOG_SQRT_2PI
-        alpha = np.exp(log_phi - log_u)[:, None]
-        beta = np.exp(log_phi - log_v)[:, None]
-        g = (r - 1) * alpha - (K - r) * beta
-        P_near = 1.0 + dev
-        dL = np.where(near, ((b * g) @ law.eps) / P_near, np.sum(post * g, axis=1))
+            return Curve(L, empty, empty)
+        dL = (basis.bg @ law.eps) / P
+        if far.size:
+            dL[far] = np.sum(post * basis.g[far], axis=1)
         if derivatives == 1:
-            return Curve(L.reshape(shape), dL.reshape(shape), np.empty(0))
-        h = g * g - (r - 1) * alpha * alpha - (K - r) * beta * beta
-        S2 = np.where(near, ((b * h) @ law.eps) / P_near, np.sum(post * h, axis=1))
-        d2L = -z * dL + S2 - dL * dL
-    return Curve(L.reshape(shape), dL.reshape(shape), d2L.reshape(shape))
+            return Curve(L, dL, empty)
+        S2 = (basis.bh @ law.eps) / P
+        if far.size:
+            S2[far] = np.sum(post * basis.h[far], axis=1)
+        d2L = -basis.z * dL + S2 - dL * dL
+    return Curve(L, dL, d2L)
 
 
 # ----------------------------------------------------------------- convexity pieces of L
@@ -167,24 +318,58 @@ def scan_grid(K: int, z_hi: float) -> np.ndarray:
     return grid[(grid >= Z_LO) & (grid <= z_hi)]
 
 
-def _bisect_sign(f, a: np.ndarray, b: np.ndarray, fa: np.ndarray, iters: int = 40) -> np.ndarray:
-    """Vectorised Illinois (regula falsi) for a sign change of f inside [a, b] (fa = f(a) != 0),
-    to ~1e-9 (a convexity piece may then miss a sliver that narrow at an inflection)."""
-    fb = f(b)
-    a, b, fa = a.copy(), b.copy(), fa.copy()
-    for _ in range(iters):
+def _inflections(law: RankLaw, a: np.ndarray, b: np.ndarray, fa: np.ndarray, fb: np.ndarray,
+                 step_tol: float = 1e-5, iters: int = 30) -> tuple[np.ndarray, Curve]:
+    """The zero of L'' in each grid cell [a, b] where it changes sign (fa = L''(a), fb = L''(b)):
+    safeguarded Newton with the exact third derivative (:func:`curve`) from the secant point,
+    bisection when a step leaves the shrinking bracket. Returns the last points evaluated (their
+    last Newton correction below ``step_tol`` relative) and the curve there.
+
+    Precision needed: a convexity piece may then hold a sliver of width tau <= 1e-5 past its
+    inflection, where F' turns back by ~|L^(3)| tau^2 / 2; a pair of crossings missed there
+    would enclose a mass below q |L^(3)| tau^4 ~ 1e-20 q (nothing to miss in double precision)."""
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    pos_lo = np.where(a < b, fa, fb) > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = a - fa * (b - a) / (fb - fa)
+    x = np.where(np.isfinite(x) & (x > lo) & (x < hi), x, 0.5 * (lo + hi))
+    # the usual case, without bookkeeping: two Newton steps, the second point's correction small
+    first = curve(law, x, 3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x1 = x - first.d2L / first.d3L
+    if np.all(np.isfinite(x1) & (x1 > lo) & (x1 < hi)):
+        second = curve(law, x1, 3)
         with np.errstate(divide="ignore", invalid="ignore"):
-            x = b - fb * (b - a) / (fb - fa)
-        x = np.where(np.isfinite(x) & (x > np.minimum(a, b)) & (x < np.maximum(a, b)), x, 0.5 * (a + b))
-        fx = f(x)
-        same = np.sign(fx) == np.sign(fb)
-        # Illinois: halve the retained end's value when the same end is kept twice
-        fa = np.where(same, fa * 0.5, fb)
-        a = np.where(same, a, b)
-        b, fb = x, fx
-        if np.all(np.abs(b - a) <= 1e-9 * np.maximum(1.0, np.abs(b))):
+            small = np.abs(second.d2L / second.d3L) <= step_tol * np.maximum(1.0, np.abs(x1))
+        if np.all(small | (second.d2L == 0.0)):
+            return x1, Curve(second.L, second.dL, second.d2L)
+    points = np.empty(x.size)
+    curves = [np.empty(x.size) for _ in range(3)]
+    active = np.arange(x.size)
+    for _ in range(iters):
+        cv = curve(law, x[active], 3)
+        xa = x[active]
+        left = (cv.d2L > 0) == pos_lo[active]  # the zero is right of xa
+        lo[active] = np.where(left, xa, lo[active])
+        hi[active] = np.where(left, hi[active], xa)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            newton = xa - cv.d2L / cv.d3L
+        done = (np.abs(newton - xa) <= step_tol * np.maximum(1.0, np.abs(xa))) | (cv.d2L == 0.0)
+        done |= hi[active] - lo[active] <= 1e-12 * np.maximum(1.0, np.abs(xa))
+        points[active[done]] = xa[done]
+        for store, value in zip(curves, cv[:3]):
+            store[active[done]] = value[done]
+        ok = np.isfinite(newton) & (newton > lo[active]) & (newton < hi[active])
+        x[active] = np.where(ok, newton, 0.5 * (lo[active] + hi[active]))
+        active = active[~done]
+        if active.size == 0:
             break
-    return b
+    if active.size:  # not converged in iters (not seen): the last point, evaluated
+        cv = curve(law, x[active], 2)
+        points[active] = x[active]
+        for store, value in zip(curves, cv[:3]):
+            store[active] = value
+    return points, Curve(*curves)
 
 
 class Pieces(NamedTuple):
@@ -197,66 +382,101 @@ class Pieces(NamedTuple):
     piece_of_node: np.ndarray  # index of the piece each grid node belongs to (edges: both)
     start: np.ndarray  # first grid index of each piece
     stop: np.ndarray  # last grid index of each piece
+    d2L: np.ndarray | None = None  # L'' at every grid node (~0 at the edges)
 
 
 def convexity_pieces(law: RankLaw, z_hi: float) -> Pieces:
-    """Split [Z_LO, z_hi] at the sign changes of L'' (found on the scan grid, refined by bisection)."""
-    grid = scan_grid(law.K, z_hi)
-    c = curve(law, grid)
+    """Split [Z_LO, z_hi] at the sign changes of L'' (found on the scan grid, refined by Newton)."""
+    basis = _grid_basis(law.K, float(z_hi))
+    grid = basis.z
+    c = _curve_terms(law, basis, 2)
     s = np.sign(c.d2L)
     nz = np.nonzero(s != 0)[0]
     flips = nz[:-1][s[nz[:-1]] * s[nz[1:]] < 0]
     after = nz[1:][s[nz[:-1]] * s[nz[1:]] < 0]
     if flips.size:
-        infl = _bisect_sign(lambda x: curve(law, x).d2L, grid[flips], grid[after], c.d2L[flips])
-        cin = curve(law, infl, derivatives=1)
+        infl, cin = _inflections(law, grid[flips], grid[after], c.d2L[flips], c.d2L[after])
         grid = np.concatenate([grid, infl])
         L = np.concatenate([c.L, cin.L])
         dL = np.concatenate([c.dL, cin.dL])
+        d2L = np.concatenate([c.d2L, cin.d2L])
         order = np.argsort(grid, kind="stable")
-        grid, L, dL = grid[order], L[order], dL[order]
+        grid, L, dL, d2L = grid[order], L[order], dL[order], d2L[order]
         edges = np.concatenate([[grid[0]], np.sort(infl), [grid[-1]]])
     else:
-        L, dL = c.L, c.dL
+        L, dL, d2L = c.L, c.dL, c.d2L
         edges = np.array([grid[0], grid[-1]])
     start = np.searchsorted(grid, edges[:-1], side="left")
     stop = np.searchsorted(grid, edges[1:], side="left")
     piece = np.clip(np.searchsorted(edges, grid, side="right") - 1, 0, edges.size - 2)
-    return Pieces(edges, grid, L, dL, piece, start, stop)
+    return Pieces(edges, grid, L, dL, piece, start, stop, d2L)
 
 
 # ----------------------------------------------------------------- crossings, vectorised over delta
-def _newton_polish(fun, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray, iters: int = 60) -> np.ndarray:
+def _newton_polish(fun, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray, iters: int = 60,
+                   x0: np.ndarray | None = None, x_tol: float = 2e-15) -> np.ndarray:
     """Root of a monotone function on brackets [lo, hi] (sign change, f_lo = f(lo)): Newton
     steps kept inside the bracket (bisection when one leaves it), shrinking the bracket; only
     the unconverged entries are iterated. ``fun(x, active)`` returns (f, f', floor) at x for
     the entries ``active`` (an index array); an entry is done once |f| <= floor (the rounding
     level of f: every x there is a root to working precision), its Newton correction is below
-    2e-15 relative, or its bracket is that narrow."""
+    ``x_tol`` (2e-15) relative, or its bracket is that narrow. ``x0``: starting points inside the brackets
+    (default: the midpoints). When ``fun`` returns a fourth value f'' the Newton point is taken
+    as converged once its predicted error |f''| dx^2 / (2 |f'|) (quadratic convergence) is below
+    that tolerance, which saves the confirming evaluation."""
     pos = f_lo > 0
-    x = 0.5 * (lo + hi)
+    x = 0.5 * (lo + hi) if x0 is None else np.where((x0 > lo) & (x0 < hi), x0, 0.5 * (lo + hi))
     lo, hi = lo.copy(), hi.copy()
     active = np.arange(x.size)
     for _ in range(iters):
         if active.size == 0:
             break
         xa = x[active]
-        f, df, floor = fun(xa, active)
+        values = fun(xa, active)
+        f, df, floor = values[:3]
         left = (f > 0) == pos[active]
         la = np.where(left, xa, lo[active])
         ha = np.where(left, hi[active], xa)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             newton = xa - f / df
-        tol = 2e-15 * np.maximum(1.0, np.abs(xa))
-        # converged when the Newton correction is below tol (even if it points at the bracket end)
-        done = (np.abs(f) <= floor) | (np.abs(newton - xa) <= tol) | (ha - la <= tol)
-        ok = np.isfinite(newton) & (newton > la) & (newton < ha)
+            tol = x_tol * np.maximum(1.0, np.abs(xa))
+            # converged when the Newton correction is below tol (even if it points at the bracket end)
+            done = (np.abs(f) <= floor) | (np.abs(newton - xa) <= tol) | (ha - la <= tol)
+            ok = np.isfinite(newton) & (newton > la) & (newton < ha)
+            if len(values) > 3:  # the Newton point itself is within tol of the root
+                done |= ok & (np.abs(values[3]) * (newton - xa) ** 2 <= 2.0 * tol * np.abs(df))
         nx = np.where(ok | done, newton, 0.5 * (la + ha))
         nx = np.where(np.isfinite(nx), nx, xa)
         lo[active], hi[active] = la, ha
         x[active] = np.where(np.abs(f) <= floor, xa, nx)
         active = active[~done]
     return x
+
+
+def _newton_fast(fun, lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, x_tol: float = 2e-15,
+                 iters: int = 4) -> np.ndarray | None:
+    """Plain Newton from x0 for all entries at once with :func:`_newton_polish`'s stopping rule,
+    or None as soon as a step leaves its bracket [lo, hi] or is not finite, or it has not
+    converged in ``iters`` steps (the caller then runs :func:`_newton_polish`). Each bracket
+    holds exactly one root, so a point where the rule holds is that root."""
+    x = x0
+    for _ in range(iters):
+        values = fun(x, None)
+        f, df, floor = values[:3]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            newton = x - f / df
+            tol = x_tol * np.maximum(1.0, np.abs(x))
+            flat = np.abs(f) <= floor
+            done = flat | (np.abs(newton - x) <= tol)
+            if len(values) > 3:
+                done |= np.abs(values[3]) * (newton - x) ** 2 <= 2.0 * tol * np.abs(df)
+            inside = np.isfinite(newton) & (newton > lo) & (newton < hi)
+        if not np.all(inside | flat):
+            return None
+        if np.all(done):
+            return np.where(flat, x, newton)
+        x = np.where(flat, x, newton)
+    return None
 
 
 def _index_bracket(values, lo_idx: np.ndarray, hi_idx: np.ndarray) -> np.ndarray:
@@ -352,18 +572,103 @@ def crossings_batch(law: RankLaw, deltas: np.ndarray, pieces: Pieces | None = No
     return roots[:, keep] if np.any(keep) else np.empty((n, 0))
 
 
+def crossings_one(law: RankLaw, delta: float, pieces: Pieces | None = None) -> np.ndarray:
+    """The crossings of :func:`crossings_batch` for one delta > 0 (sorted 1-d array), found
+    with fewer curve evaluations. Every grid cell lies inside one convexity piece (the
+    inflection points are nodes), so F' is monotone on it, and F is convex or concave there
+    (the sign of L'' at the cell's end where |L''| is larger: only an inflection node has
+    L'' ~ 0). A cell where F' keeps its sign has F monotone: at most one root, a sign change of F
+    at its ends. A cell where F' changes sign (F has its extremum inside) has
+    - exactly one root when F changes sign at its ends (a convex or concave function),
+    - none when both ends have F < 0 and F is convex (F below the chord), or both > 0 and
+      concave, or both > 0, convex and the two end tangents (below F) meet above 0, or both < 0,
+      concave and they meet below 0;
+    - otherwise 0 or 2: the extremum is solved from L' = delta (Newton) and inserted as a node.
+    Between consecutive points of the grid so augmented every root is one sign change of F,
+    polished by safeguarded Newton from the secant point (the bracket keeps the one root of its
+    cell even where F is not monotone)."""
+    d = float(delta)
+    pc = convexity_pieces(law, d + Z_PAD) if pieces is None else pieces
+    grid = pc.grid
+    F = pc.L - d * grid + 0.5 * d * d
+    slope = pc.dL - d
+    rising = slope > 0
+    cells = np.nonzero(rising[:-1] != rising[1:])[0]
+    if cells.size and pc.d2L is not None:
+        ca, cb = pc.d2L[cells], pc.d2L[cells + 1]
+        curv = np.where(np.abs(ca) >= np.abs(cb), np.sign(ca), np.sign(cb))
+        a, b, sa, sb, Fa, Fb = grid[cells], grid[cells + 1], slope[cells], slope[cells + 1], F[cells], F[cells + 1]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            meet = Fa + sa * ((Fb - Fa + sa * a - sb * b) / (sa - sb) - a)  # the end tangents' intersection
+        margin = 1e-14 * (np.abs(Fa) + np.abs(Fb))
+        pos = Fa > 0
+        same = pos == (Fb > 0)
+        no_root = same & (((curv > 0) & ~pos) | ((curv < 0) & pos) | ((curv > 0) & pos & (meet > margin))
+                          | ((curv < 0) & ~pos & (meet < -margin)))
+        cells = cells[same & ~no_root]
+    if cells.size:
+        a, b, sa, sb = grid[cells], grid[cells + 1], slope[cells], slope[cells + 1]
+
+        def slope_fun(x, active):
+            cv = curve(law, x, 2)
+            return cv.dL - d, cv.d2L, 4e-16 * (np.abs(cv.dL) + d)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x0 = a - sa * (b - a) / (sb - sa)
+        # F is stationary at its extremum: a position error e moves F(ext) by ~|F''| e^2 / 2, so
+        # the last Newton step from within 1e-7 (error ~1e-14 after it) is enough
+        x0 = np.where(np.isfinite(x0) & (x0 > np.minimum(a, b)) & (x0 < np.maximum(a, b)), x0, 0.5 * (a + b))
+        ext = _newton_fast(slope_fun, np.minimum(a, b), np.maximum(a, b), x0, x_tol=1e-7)
+        if ext is None:
+            ext = _newton_polish(slope_fun, a, b, sa, iters=40, x0=x0, x_tol=1e-7)
+        ext_F = curve(law, ext, derivatives=0).L - d * ext + 0.5 * d * d
+        z = np.concatenate([grid, ext])
+        order = np.argsort(z, kind="stable")
+        z, F = z[order], np.concatenate([F, ext_F])[order]
+    else:
+        z = grid
+    above = F > 0
+    j = np.nonzero(above[:-1] != above[1:])[0]
+    if j.size == 0:
+        return np.empty(0)
+    lo, hi, f_lo, f_hi = z[j], z[j + 1], F[j], F[j + 1]
+
+    def F_exact(x, active):
+        c = curve(law, x, derivatives=2)
+        floor = 4e-16 * (np.abs(c.L) + np.abs(d * x) + 0.5 * d * d)
+        return c.L - d * x + 0.5 * d * d, c.dL - d, floor, c.d2L
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x0 = lo - f_lo * (hi - lo) / (f_hi - f_lo)
+    x0 = np.where(np.isfinite(x0) & (x0 > lo) & (x0 < hi), x0, 0.5 * (lo + hi))
+    roots = _newton_fast(F_exact, lo, hi, x0)
+    if roots is None:
+        roots = _newton_polish(F_exact, lo, hi, f_lo, x0=x0)
+    return np.sort(roots)
+
+
 # ----------------------------------------------------------------- closed-form masses
 def _rank_cdf_tails(law: RankLaw, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(I_r(x), J_r(x)) = (P(S_(r) <= x), P(S_(r) > x)) for all ranks, shape x.shape + (K,),
     each from its own tail (so both keep relative precision)."""
-    K = law.K
+    return rank_tails(law.K, x)
+
+
+@functools.lru_cache(maxsize=256)
+def _log_binom(K: int) -> tuple[np.ndarray, np.ndarray]:
+    j = np.arange(K + 1, dtype=np.float64)
+    out = special.gammaln(K + 1) - special.gammaln(j + 1) - special.gammaln(K - j + 1)
+    j.flags.writeable = out.flags.writeable = False
+    return j, out
+
+
+def rank_tails(K: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P(S_(r) <= x), P(S_(r) > x)) of the K order statistics, shape x.shape + (K,), each
+    from its own tail (so both keep relative precision; x = +-inf allowed)."""
     x = np.asarray(x, np.float64)
     # S_(r) <= x  <=>  Bin(K, Phi(x)) >= r: binomial-tail sums of positive terms (both tails
     # keep relative precision), all ranks at once from one row of K + 1 log-pmf terms
-    j = np.arange(K + 1, dtype=np.float64)
-    log_binom = special.gammaln(K + 1) - special.gammaln(j + 1) - special.gammaln(K - j + 1)
+    j, log_binom = _log_binom(K)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_pmf = log_binom + j * special.log_ndtr(x)[..., None] + (K - j) * special.log_ndtr(-x)[..., None]
+        log_pmf = log_binom + np.multiply.outer(special.log_ndtr(x), j) + np.multiply.outer(special.log_ndtr(-x), K - j)
         pmf = np.exp(log_pmf)
     pmf = np.where(np.isnan(pmf), 0.0, pmf)
     # x = -inf: all mass at j = 0; x = +inf: at j = K
@@ -377,10 +682,15 @@ def _rank_cdf_tails(law: RankLaw, x: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _G(law: RankLaw, x: np.ndarray, d: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
     """G(x) = int_{-inf}^x (q - p_omega), from deviations: -P(x - delta < Z < x) - sum eps_r I_r(x)
     (x <= 0), or -P(...) + sum eps_r J_r(x) (x > 0; sum eps = 0). G(+-inf) = 0."""
+    return _G_weighted(x, d, lower @ law.eps, upper @ law.eps)
+
+
+def _G_weighted(x: np.ndarray, d: np.ndarray, lower_eps: np.ndarray, upper_eps: np.ndarray) -> np.ndarray:
+    """:func:`_G` from sum eps_r I_r(x) and sum eps_r J_r(x)."""
     finite = np.isfinite(x)
     xf = np.where(finite, x, 0.0)
     qdev = -normal_mass_below(xf, d)
-    pdev = np.where(xf <= 0, lower @ law.eps, -(upper @ law.eps))
+    pdev = np.where(xf <= 0, lower_eps, -upper_eps)
     return np.where(finite, qdev - pdev, 0.0)
 
 
@@ -405,7 +715,29 @@ class PieceMasses(NamedTuple):
     q_above: np.ndarray
 
 
-def _masses(law: RankLaw, d: np.ndarray, roots: np.ndarray, want_gradient: bool):
+def _masses_one(law: RankLaw, d: float, roots: np.ndarray, L_first: float):
+    """:func:`_masses` with the gradient for one delta (roots 1-d, no padding): the same masses
+    with fewer array operations (the optimiser's case)."""
+    K = law.K
+    lower_r, upper_r = rank_tails(K, roots)
+    lower = np.concatenate([np.zeros((1, K)), lower_r, np.ones((1, K))])  # at -inf, the roots, +inf
+    upper = np.concatenate([np.ones((1, K)), upper_r, np.zeros((1, K))])
+    edges = np.concatenate([[-np.inf], roots, [np.inf]])
+    lo, hi = edges[:-1], edges[1:]
+    rank_mass = np.clip(np.where((lo >= 0)[:, None], upper[:-1] - upper[1:], lower[1:] - lower[:-1]), 0.0, None)
+    q_first = (L_first - d * Z_LO + 0.5 * d * d) < 0
+    q_above = (np.arange(roots.size + 1) % 2 == 1) ^ q_first
+    q_mass = normal_mass(lo - d, hi - d)
+    G = np.concatenate([[0.0], _G(law, roots, np.float64(d), lower_r, upper_r), [0.0]])
+    residual = np.where(q_above, G[1:] - G[:-1], 0.0)
+    acc = float(np.sum(np.where(q_above, rank_mass @ law.omega, q_mass)))
+    rej = float(np.sum(residual))
+    grad = np.sum(np.where(q_above[:, None], rank_mass, 0.0), axis=0)
+    pieces = PieceMasses(rank_mass, q_mass, np.clip(residual, 0.0, None), q_above)
+    return np.array([min(max(acc, 0.0), 1.0)]), np.array([min(max(rej, 0.0), 1.0)]), grad[None], pieces
+
+
+def _masses(law: RankLaw, d: np.ndarray, roots: np.ndarray, want_gradient: bool, L_first: float | None = None):
     n, m = roots.shape
     lo = np.concatenate([np.full((n, 1), -np.inf), roots], axis=1)
     hi = np.concatenate([roots, np.full((n, 1), np.inf)], axis=1)
@@ -417,25 +749,41 @@ def _masses(law: RankLaw, d: np.ndarray, roots: np.ndarray, want_gradient: bool)
     dd = np.broadcast_to(d[:, None], lo_f.shape)
     # every crossing is a strict sign change of F (each was bracketed by one), so the side
     # alternates from the first piece's, read at Z_LO (below it both laws have mass < 1e-340)
-    L_first = float(curve(law, np.array([Z_LO]), derivatives=0).L[0])
+    if L_first is None:  # L(Z_LO) (the scan grid's first node)
+        L_first = float(curve(law, np.array([Z_LO]), derivatives=0).L[0])
     q_first = (L_first - d * Z_LO + 0.5 * d * d) < 0
     q_above = (q_first[:, None] ^ (np.arange(m + 1) % 2 == 1)[None, :]) & valid
-    # order-statistic tails at every bound
-    # tails at the crossings only (each bound of one piece is a bound of the next)
+    # order-statistic tails at the crossings only (each bound of one piece is a bound of the
+    # next), per rank when the gradient is wanted, else already weighted by (omega, eps): the
+    # columns of the (n, m + 1, k) mass arrays are ranks (k = K) or those two sums (k = 2)
     lower_r, upper_r = _rank_cdf_tails(law, np.where(np.isnan(roots), 0.0, roots))
-    zeros, ones = np.zeros((n, 1, law.K)), np.ones((n, 1, law.K))
+    if want_gradient:
+        ones_row = np.ones(law.K)
+    else:
+        weights = np.column_stack([law.omega, law.eps])
+        lower_r, upper_r = lower_r @ weights, upper_r @ weights
+        ones_row = weights.sum(axis=0)
+    k = ones_row.size
+    zeros, ones = np.zeros((n, 1, k)), np.broadcast_to(ones_row, (n, 1, k))
     lower_lo, upper_lo = np.concatenate([zeros, lower_r], axis=1), np.concatenate([ones, upper_r], axis=1)
     lower_hi, upper_hi = np.concatenate([lower_r, ones], axis=1), np.concatenate([upper_r, zeros], axis=1)
-    last = np.isinf(hi_f)  # the piece ending at +inf (after a row's last crossing)
-    lower_hi = np.where(last[..., None], 1.0, lower_hi)
-    upper_hi = np.where(last[..., None], 0.0, upper_hi)
-    rank_mass = np.where((lo_f >= 0)[..., None], upper_lo - upper_hi, lower_hi - lower_lo)
-    rank_mass = np.clip(rank_mass, 0.0, None)
-    p_mass = rank_mass @ law.omega
+    last = np.isinf(hi_f)[..., None]  # the piece ending at +inf (after a row's last crossing)
+    lower_hi = np.where(last, ones_row, lower_hi)
+    upper_hi = np.where(last, 0.0, upper_hi)
+    mass = np.clip(np.where((lo_f >= 0)[..., None], upper_lo - upper_hi, lower_hi - lower_lo), 0.0, None)
+    # G at the crossings (G(+-inf) = 0; a NaN pad stands for +inf): G_lo, G_hi of every piece
+    at_roots = np.where(np.isnan(roots), np.inf, roots)
+    if want_gradient:
+        rank_mass = mass
+        p_mass = rank_mass @ law.omega
+        G_r = _G(law, at_roots, d[:, None], lower_r, upper_r)
+    else:
+        p_mass = mass[..., 0]
+        G_r = _G_weighted(at_roots, d[:, None], lower_r[..., 1], upper_r[..., 1])
+    G_lo = np.concatenate([np.zeros((n, 1)), G_r], axis=1)
+    G_hi = np.concatenate([G_r, np.zeros((n, 1))], axis=1)
     q_mass = normal_mass(lo_f - dd, hi_f - dd)
     acc = np.sum(np.where(valid, np.where(q_above, p_mass, q_mass), 0.0), axis=1)
-    G_hi = _G(law, hi_f, dd, lower_hi, upper_hi)
-    G_lo = _G(law, lo_f, dd, lower_lo, upper_lo)
     rej = np.sum(np.where(q_above, G_hi - G_lo, 0.0), axis=1)
     grad = np.sum(np.where(q_above[..., None], rank_mass, 0.0), axis=1) if want_gradient else None
     pieces = None
@@ -451,6 +799,15 @@ def exact_acceptance(law: RankLaw, deltas: ArrayLike, *, gradient: bool = False)
     bounded memory. delta = 0: A = 1 - TV(phi, p_omega) is still exact (one line z = 0 slope)."""
     d = np.asarray(deltas, np.float64).ravel()
     n, K = d.size, law.K
+    if n == 1 and d[0] <= DELTA_UNDERFLOW:  # one delta (the optimiser's case): no chunks
+        pieces = convexity_pieces(law, float(d[0]) + Z_PAD)
+        roots = crossings_one(law, float(d[0]), pieces)[None]
+        if gradient:
+            acc, rej, grad, piece_masses = _masses_one(law, float(d[0]), roots[0], float(pieces.L[0]))
+        else:
+            acc, rej, grad, piece_masses = _masses(law, d, roots, False, float(pieces.L[0]))
+        acc, rej = (acc, 1.0 - acc) if acc[0] < 0.5 else (1.0 - rej, rej)
+        return ExactAcceptance(acc, rej, roots, grad, piece_masses)
     acc = np.empty(n)
     rej = np.empty(n)
     grad = np.empty((n, K)) if gradient else None
@@ -468,8 +825,11 @@ def exact_acceptance(law: RankLaw, deltas: ArrayLike, *, gradient: bool = False)
         root_list = []
         for s in range(0, work.size, chunk):
             idx = work[s:s + chunk]
-            roots = crossings_batch(law, d[idx], pieces)
-            a, rj, gr, piece_masses = _masses(law, d[idx], roots, gradient)
+            if idx.size == 1:
+                roots = crossings_one(law, float(d[idx[0]]), pieces)[None]
+            else:
+                roots = crossings_batch(law, d[idx], pieces)
+            a, rj, gr, piece_masses = _masses(law, d[idx], roots, gradient, float(pieces.L[0]))
             acc[idx], rej[idx] = a, rj
             if gradient:
                 grad[idx] = gr

@@ -9,14 +9,28 @@ Optimal weights (issue 13.2). A is concave in omega, with gradient
 g_r = dA/domega_r = P(S_(r) in {q > p_omega}) and Hessian -sum_c q(c) w_c w_c^T / |F'(c)| over the
 crossings c (``exact.hessian``). The solver is an active-set Newton method on the simplex with an
 exact line search along each direction (A is concave on the line: its slope g . step decreases),
-started from the linear interpolation in delta of the shipped weight table (package data; K <= 64),
-or else from the best of: uniform weights, the top rank, and the small-delta solution whose
-crossings sit at the canonical points u_j = (1 - cos(j pi / (K + 2))) / 2 (least squares in the
-Bernstein weights, pulled into the simplex); above K = 16 also the quadrature LP's weights
-(:func:`_starts`). Every start is a pure function of (delta, K). The certificate is the Frank-Wolfe gap: for every
-omega' in the simplex, A(omega') <= A(omega) + g . (omega' - omega) <= A(omega) + max_r g_r - g . omega,
-so ``upper_bound = acceptance + gap`` bounds the true optimum. Pure function of (delta, K): no
-warm starts from earlier calls, so two processes give identical weights in any call order.
+started from the interpolation in delta of the shipped weight table (package data; K <= 64; a
+degree-5 local polynomial for K <= 16, :func:`table_start`), or else from the best of: uniform
+weights, the top rank, and the small-delta solution whose crossings sit at the canonical points
+u_j = (1 - cos(j pi / (K + 2))) / 2 (least squares in the Bernstein weights, pulled into the
+simplex); above K = 16 also the quadrature LP's weights (:func:`_starts`). Every start is a pure
+function of (delta, K).
+
+Certificates (each bounds A* - A(omega) from above; the smallest is reported as ``gap``, and
+``upper_bound = acceptance + gap``): the Frank-Wolfe gap max_r g_r - g . omega (for every omega'
+in the simplex, A(omega') <= A(omega) + g . (omega' - omega)); the piecewise bound of
+:func:`certificate`; and, for K <= 16, the set bound (:func:`set_bound`, weak duality: A(omega')
+<= max_r P(S_(r) in S) + Q(S^c) for ANY set S) at the set {q > p} predicted for the Newton point
+(:func:`_dual_gap`). The first two are first order in the distance e to the optimum, the last is
+second order (~e^2), so near the optimum it certifies 1e-12 where the others would need another
+Newton step.
+
+Stopping (K <= 16): the gap is <= GAP_TOL = 1e-12 absolute AND either <= 1e-12 min(1, A, 1 - A),
+or the Newton model's predicted gain is <= VALUE_TOL = 1e-12 min(1, A, 1 - A), so A and 1 - A
+keep their relative precision (from the exact evaluation at the returned weights) where a
+certificate cannot show it (1 - A ~ 1e-15 at delta = 1e-12). From the table's start most deltas
+stop at the first exact evaluation. Pure function of (delta, K): no warm starts from earlier
+calls, so two processes give identical weights in any call order.
 """
 
 from __future__ import annotations
@@ -36,12 +50,15 @@ from speccheck.theory.normal import log_phi, normal_mass
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
+VALUE_TOL = 1e-12  # K <= LARGE_K: A and 1 - A optimal to this relative precision (Newton model)
 MAX_ITER = 200
 # above K = 16 the solver does not reach the gap (slow progress on degenerate faces, and a
 # certificate far looser than the suboptimality): it starts from the quadrature LP too, stops
 # after LARGE_K_MAX_ITER iterations (bounded time: ~0.1-0.5 s at K = 64; more iterations gain
 # < 1e-7 in A) and reports the gap it certified
 LARGE_K, LARGE_K_MAX_ITER = 16, 3
+TABLE_STENCIL = 6  # grid points of the shipped table's interpolating polynomial (table_start)
+STALL_GAP, STALL_ITER = 1e-9, 25  # K <= LARGE_K: stop once a gap <= STALL_GAP has not halved in STALL_ITER
 _VERBOSE = False
 
 
@@ -393,18 +410,38 @@ def _shipped_table(K: int) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(eps, zero): the linear interpolation in delta of the shipped table's weights (a convex
-    combination, so in the simplex; zero where both neighbours are 0), or None when K is not
-    shipped. A pure function of (delta, K) and the package data: never of the call history."""
+    """(eps, zero): the shipped table's weights interpolated in delta by the polynomial through
+    the TABLE_STENCIL nearest grid points (three on each side of delta, fewer at the grid's
+    ends), clipped into the simplex (zero where it is <= 0) and renormalised (K > LARGE_K:
+    linearly, the large-K solver's start); or None when K is not shipped. The optimum is smooth
+    in delta away from active-set changes, so the error is
+    O(h^6): at K = 8 the start's A is within ~1e-13 relative of the optimum at most deltas in
+    [0.05, 3] (linear interpolation: ~1e-5), often close enough that the first evaluation is
+    the answer. A pure function of (delta, K) and the package data: never of the call history."""
     shipped = _shipped_table(K)
     if shipped is None:
         return None
     grid, table = shipped
     hi = int(np.clip(np.searchsorted(grid, d, side="right"), 1, grid.size - 1))
-    lo = hi - 1
-    t = float(np.clip((d - grid[lo]) / (grid[hi] - grid[lo]), 0.0, 1.0))
-    omega = (1.0 - t) * table[lo] + t * table[hi]
+    if K > LARGE_K:  # linear interpolation (the large-K solver's start, unchanged)
+        lo = hi - 1
+        t = float(np.clip((d - grid[lo]) / (grid[hi] - grid[lo]), 0.0, 1.0))
+        omega = (1.0 - t) * table[lo] + t * table[hi]
+        zero = omega <= 0.0
+        return np.where(zero, -1.0 / K, omega - 1.0 / K), zero
+    half = TABLE_STENCIL // 2
+    nodes = np.arange(max(hi - half, 0), min(hi + half, grid.size))
+    x = float(np.clip(d, grid[0], grid[-1]))
+    # Lagrange form: basis_i = prod_{j != i} (x - x_j) / (x_i - x_j) (diagonal factors set to 1)
+    nodes_x = grid[nodes]
+    diff = nodes_x[:, None] - nodes_x[None, :]
+    np.fill_diagonal(diff, 1.0)
+    factors = (x - nodes_x)[None, :] / diff
+    np.fill_diagonal(factors, 1.0)
+    omega = np.prod(factors, axis=1) @ table[nodes]
     zero = omega <= 0.0
+    omega = np.where(zero, 0.0, omega)
+    omega = omega / omega.sum()
     return np.where(zero, -1.0 / K, omega - 1.0 / K), zero
 
 
@@ -446,6 +483,68 @@ def _starts(d: float, K: int, use_table: bool) -> list[tuple[np.ndarray, np.ndar
     return [(np.zeros(K), np.zeros(K, bool)), top, canonical]
 
 
+def _face_newton_step(H: np.ndarray, g: np.ndarray, omega: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """The Newton step on the current face plus the best entering rank (g_r > g . omega)."""
+    face = ~zero
+    entering = np.nonzero(zero & (g > float(g @ omega)))[0]
+    if entering.size:
+        face = face.copy()
+        face[entering[np.argmax(g[entering])]] = True
+    return _newton_direction(H, g, face)
+
+
+def set_bound(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> float:
+    """Weak duality: for ANY set S (here the union of the pieces [edges[i], edges[i+1]] with
+    q_above[i]) and every omega' in the simplex,
+
+        A(omega') = int min(q, p_omega') <= P_omega'(S) + Q(S^c) <= max_r P(S_(r) in S) + Q(S^c),
+
+    so the right side bounds the optimum A*. Returned as 1 - bound = min_r sum_{I in S}
+    (Q(I) - P(S_(r) in I)) (closed-form masses; absolute precision ~1e-16). S = {q > p_omega}
+    gives the Frank-Wolfe bound; sets near the optimum's give bounds second-order close to A*."""
+    lower, upper = exact.rank_tails(K, edges)  # +-inf ends: (0, 1) and (1, 0)
+    i = np.nonzero(q_above)[0]  # piece i is [edges[i], edges[i + 1]]
+    lo, hi = edges[i], edges[i + 1]
+    rank_mass = np.where((lo >= 0)[:, None], upper[i] - upper[i + 1], lower[i + 1] - lower[i])
+    q_mass = normal_mass(lo - d, hi - d)
+    return float(np.min(np.sum(q_mass[:, None] - rank_mass, axis=0)))
+
+
+def _dual_gap(d: float, law: RankLaw, ev: exact.ExactAcceptance, step: np.ndarray) -> float:
+    """A certified bound on A* - A(omega) that is second order in the distance to the optimum
+    (the Frank-Wolfe gap is first order): the set bound of :func:`set_bound` at the set
+    {q > p} predicted for the Newton point omega + step (its crossings: one Newton step from
+    omega's on F = L - delta z + delta^2/2, keeping omega's side pattern). inf when the
+    prediction is not usable (the step leaves the simplex, a crossing does not converge)."""
+    roots = ev.crossings[0]
+    roots = roots[np.isfinite(roots)]
+    omega_new = law.omega + step
+    if roots.size == 0 or ev.pieces is None or not np.all(omega_new >= 0.0) or not np.all(np.isfinite(step)):
+        return np.inf
+    new = law_from_eps(law.eps + step, law.omega + step <= 0.0)
+    # one Newton step: F_new(roots) = O(|step|), so the predicted crossings are O(|step|^2) off
+    cv = exact.curve(new, roots, derivatives=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = roots - (cv.L - d * roots + 0.5 * d * d) / (cv.dL - d)
+    if not (np.all(np.isfinite(c)) and np.all(np.diff(c) > 0) and np.max(np.abs(c - roots)) < 0.1):
+        return np.inf
+    edges = np.concatenate([[-np.inf], c, [np.inf]])
+    return max(float(ev.rejection[0]) - set_bound(d, law.K, edges, ev.pieces.q_above), 0.0)
+
+
+def _converged(H: np.ndarray, g: np.ndarray, omega: np.ndarray, zero: np.ndarray, scale: float,
+               step: np.ndarray | None = None) -> bool:
+    """The Newton model's predicted gain is below VALUE_TOL * scale (scale = min(1, A, 1 - A)).
+
+    Near the optimum A is quadratic in omega, so the gain g . s of the Newton step s (on the
+    current face, plus the best entering rank) predicts A* - A(omega) to second order (it is
+    twice the model's gain): A and 1 - A are then optimal to VALUE_TOL relative, even where the
+    certified gap (rounding-limited at ~1e-16) cannot show it."""
+    step = _face_newton_step(H, g, omega, zero) if step is None else step
+    predicted = float(g @ step)
+    return 0.0 <= predicted <= VALUE_TOL * scale
+
+
 def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True) -> RankWeightSolution:
     state = None
     for eps0, zero0 in _starts(d, K, use_table):
@@ -454,27 +553,54 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
             state = trial
     eps, zero, law, ev = state
     best_fw, stall, it = np.inf, 0, 0
+    best_gap, gap_stall = np.inf, 0
+    best_state = (np.inf, law, ev)  # K <= LARGE_K: the best-certified state (returned if the last is worse)
     gap = np.inf
+    final_gap = (-1, np.inf)  # (iteration, the dual gap found there)
     for it in range(max_iter):
         g = ev.gradient[0]
         fw = float(g.max() - g @ law.omega)  # Frank-Wolfe gap: the KKT residual
         acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
         gap, model, effective = fw, None, g
-        if fw > GAP_TOL * min(1.0, acc):
+        small_K = K <= LARGE_K
+        H = newton_step = None
+        if small_K and fw > GAP_TOL * min(1.0, acc, rej):
+            # K <= LARGE_K: the second-order set bound first; the piecewise certificate only when
+            # that does not certify (it also gives the fallback directions)
+            H = exact.hessian(law, d, ev.crossings[0])
+            newton_step = _face_newton_step(H, g, law.omega, zero)
+            if fw > GAP_TOL:
+                gap = min(gap, _dual_gap(d, law, ev, newton_step))
+                final_gap = (it, gap)
+        if fw > GAP_TOL * min(1.0, acc) and (not small_K or gap > GAP_TOL or gap > rej):
             cert = certificate(ev.pieces, law.omega)
             if cert.bound < gap:
                 gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
+                final_gap = (it, gap)
         if _VERBOSE:
             print(it, fw, gap, acc, rej, int((~zero).sum()), ev.crossings[0].size)
+        if small_K and gap < best_state[0]:
+            best_state = (gap, law, ev)
         # stop: certified to 1e-12 relative in both A and 1 - A (so <= GAP_TOL absolute), or the
-        # KKT residual is below 1e-12 and at the rounding floor of the gradient (stopped shrinking)
+        # KKT residual is below 1e-12 and at the rounding floor of the gradient (stopped shrinking),
+        # or (K <= LARGE_K) certified to GAP_TOL absolute with the Newton model's predicted gain
+        # below VALUE_TOL relative (A and 1 - A optimal to that precision)
         if gap <= GAP_TOL * min(1.0, acc, rej):
             break
         stall = stall + 1 if fw > 0.5 * best_fw else 0
         best_fw = min(best_fw, fw)
         if fw <= 1e-15 or (fw <= 1e-13 and stall >= 1) or (fw <= GAP_TOL and stall >= 2):
             break
-        H = exact.hessian(law, d, ev.crossings[0])
+        # K <= LARGE_K: the certified gap has stopped shrinking at its rounding floor (ill-conditioned
+        # optima, e.g. K = 16 at delta ~ 0.03: crossings with |F'| ~ 1e-6, gap ~1e-11): stop, report it
+        gap_stall = gap_stall + 1 if gap > 0.5 * best_gap else 0
+        best_gap = min(best_gap, gap)
+        if small_K and best_gap <= STALL_GAP and gap_stall >= STALL_ITER:
+            break
+        if H is None:
+            H = exact.hessian(law, d, ev.crossings[0])
+        if small_K and gap <= GAP_TOL and _converged(H, g, law.omega, zero, min(1.0, acc, rej), newton_step):
+            break
         res = None
         for direction in ("newton", "newton-effective", "model", "gradient"):
             S = ~zero
@@ -519,7 +645,15 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
     acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
     roots = ev.crossings[0]
     g = ev.gradient[0]
-    gap = min(float(g.max() - g @ law.omega), certificate(ev.pieces, law.omega).bound) if ev.pieces else gap
+    fw = float(g.max() - g @ law.omega)
+    gap = min(fw, final_gap[1]) if final_gap[0] == it else fw  # the bounds found for this state
+    # the piecewise certificate tightens the reported gap (K <= LARGE_K: only when it is needed)
+    if ev.pieces and gap > GAP_TOL * min(1.0, acc, rej) and (K > LARGE_K or gap > GAP_TOL or gap > rej):
+        gap = min(gap, certificate(ev.pieces, law.omega).bound)
+    if best_state[0] < gap:  # an earlier state was certified closer (the gap is at its rounding floor)
+        gap, law, ev = best_state
+        acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
+        roots = ev.crossings[0]
     gap = max(gap, 0.0)
     return RankWeightSolution(law.omega.copy(), acc, rej, gap, acc + gap, law.eps.copy(),
                               roots[np.isfinite(roots)], it)
