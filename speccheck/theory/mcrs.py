@@ -24,14 +24,15 @@ evaluation has no cancellation. A constant policy pi_r = omega_r gives RASS's p_
 
 Optimal policy. P(accept) = int_0^1 min(f, g) du is concave and g is linear in pi, so on a
 quadrature in u it is a linear program in K*G policy variables and M hinge variables
-(max sum_i w_i h_i, h_i <= f(x_i), h_i <= g(x_i), sum_r pi_{r,j} = 1, pi >= 0).
+(max sum_i w_i h_i, h_i <= f(x_i), h_i <= g(x_i), sum_r pi_{r,j} = 1, pi >= 0); above 64
+cells it is written with the moments M_{r,j,p} as extra variables (sparse, :func:`_moment_lp`).
 ``acceptance_mcrs`` then evaluates the returned policy exactly (closed-form g, crossings of
 f and g located on each cell and refined, exact masses), not on the LP's quadrature.
 
-Measurements for the gap that max-conditioning leaves (theory/mcrs_gap_table.md):
-``top2_lp_acceptance`` (policy on the two largest drafts) and ``minmax_lp_acceptance``
-(policy on the smallest and the largest draft; given them the other K - 2 drafts are i.i.d.
-U(min, max), so the selected density is a separable polynomial per cell pair).
+Measurements for the gap that max-conditioning leaves live in :mod:`speccheck.theory.mcrs_research`
+(theory/mcrs_gap_table.md, theory/mcrs_minmax_table.md): ``max_conditioned_bound`` (no policy of
+the largest draft accepts more), ``top2_lp_acceptance`` (policy on the two largest drafts) and
+``minmax_lp_acceptance`` (policy on the smallest and the largest draft).
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize, sparse, special
 
+from speccheck.errors import InputError
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.validate import check_delta, check_K
 
 __all__ = [
     "MCRSPolicy",
     "mcrs_edges",
+    "grid_kind",
     "mcrs_policy",
     "mcrs_density",
     "mcrs_log_density_s",
@@ -62,7 +65,8 @@ __all__ = [
 ]
 
 DEFAULT_G = 160  # policy cells
-GRID_KIND = "chebyshev"  # policy cell placement: "chebyshev" or "quantile" (uniform in m^K)
+GRID_KIND = "chebyshev"  # the kernel's cell placement (shipped policies); see :func:`mcrs_edges`
+GRID_KINDS = ("chebyshev", "quantile", "sine")
 _GRID = GRID_KIND
 LP_TIME_LIMIT = 60.0  # seconds per HiGHS run; its last iterate is still judged by the exact check
 _TOP_RANK_DELTA = 12.0  # beyond this delta the LP is skipped: pi_K = 1 (RASS top rank)
@@ -77,26 +81,52 @@ def rank_coeffs(K: int) -> np.ndarray:
 _rank_coeffs = rank_coeffs
 
 
-def mcrs_edges(K: int, G: int = DEFAULT_G) -> tuple[np.ndarray, np.ndarray]:
-    """Policy cells a_0 = 0 < a_1 < ... < a_G = 1 of equal probability under the law of the max
-    (a_j = (j/G)^(1/K)), returned as (a, 1 - a), both accurate, shape (G + 1,)."""
+def grid_kind(kind: str | None = None) -> str:
+    """The cell placement ``kind`` (None: :data:`GRID_KIND`, the kernel's), validated."""
+    kind = GRID_KIND if kind is None else kind
+    if kind not in GRID_KINDS:
+        raise InputError(f"kind must be one of {', '.join(GRID_KINDS)} (or None), got kind={kind!r}")
+    return kind
+
+
+def mcrs_edges(K: int, G: int = DEFAULT_G, kind: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Policy cells a_0 = 0 < a_1 < ... < a_G = 1 in m, returned as (a, 1 - a), both accurate,
+    shape (G + 1,). Every placement is a_j = T(j / G) for a fixed increasing T, so the cells
+    nest (the edges on G / 2 cells are every other edge on G cells).
+
+    kind (default :data:`GRID_KIND`, the kernel's placement of the shipped policies):
+
+    * ``"chebyshev"``: m_j^K = sin^2(pi j / 2G): cells of equal probability under the law of the
+      max, refined quadratically at both ends;
+    * ``"quantile"``: m_j^K = j / G (equal probability, no refinement);
+    * ``"sine"``: m_j = sin(pi j / 2G), i.e. the Chebyshev placement in m^2 instead of m^K:
+      near-uniform in m at the bottom, refined quadratically at the top. At small delta the
+      optimal policy switches ranks at m ~ 0.05-0.3, where the max has probability ~m^K and the
+      "chebyshev" cells are wide (K = 4, G = 160: width 0.02-0.04 there, <= 0.0098 for "sine");
+      the gap table's solver uses it (measurements: `docs/mcrs.md`).
+    """
     K = check_K(K)
+    kind = grid_kind(kind)
     if int(G) < 1:
-        raise ValueError(f"G must be an integer >= 1, got G={G!r}")
+        raise InputError(f"G must be an integer >= 1, got G={G!r}")
     G = int(G)
     j = np.arange(G + 1, dtype=np.float64)
-    if GRID_KIND == "chebyshev":
-        # v_j = sin^2(pi j / 2G) (and 1 - v_j = cos^2): equal-probability cells for the max,
-        # refined quadratically at both ends where the optimal policy moves fastest
-        v = np.sin(0.5 * np.pi * j / G) ** 2
-        with np.errstate(divide="ignore"):
-            lg = np.log(v) / K
-            lg = np.where(v > 0.5, np.log1p(-np.cos(0.5 * np.pi * j / G) ** 2) / K, lg)
+    x = 0.5 * np.pi * j / G
+    if kind == "sine":
+        a = np.sin(x)
+        abar = np.cos(x) ** 2 / (1.0 + a)  # 1 - sin x without cancellation
     else:
-        with np.errstate(divide="ignore"):
-            lg = np.log(j / G) / K
-    a = np.exp(lg)
-    abar = -np.expm1(lg)
+        if kind == "chebyshev":
+            # v_j = sin^2(x) (and 1 - v_j = cos^2 x), log v taken accurately at both ends
+            v = np.sin(x) ** 2
+            with np.errstate(divide="ignore"):
+                lg = np.log(v) / K
+                lg = np.where(v > 0.5, np.log1p(-np.cos(x) ** 2) / K, lg)
+        else:
+            with np.errstate(divide="ignore"):
+                lg = np.log(j / G) / K
+        a = np.exp(lg)
+        abar = -np.expm1(lg)
     a[0], abar[0] = 0.0, 1.0
     a[-1], abar[-1] = 1.0, 0.0
     return a, abar
@@ -273,8 +303,8 @@ def _design_matrix(u, y, K, a, abar):
 
 
 def _highs_solve(cost: np.ndarray, A_ub: sparse.csr_matrix, A_eq: sparse.csr_matrix, bounds: np.ndarray,
-                 method: str) -> tuple[np.ndarray | None, str]:
-    """min cost.x s.t. A_ub x <= 0, A_eq x = 1, bounds, with HiGHS through scipy (time limit
+                 method: str, b_eq: np.ndarray | None = None) -> tuple[np.ndarray | None, str]:
+    """min cost.x s.t. A_ub x <= 0, A_eq x = b_eq (default 1), bounds, with HiGHS through scipy (time limit
     :data:`LP_TIME_LIMIT`). method "ipm": interior point WITHOUT crossover (HiGHS's
     ``run_crossover``, which scipy passes through verbatim); "simplex": dual simplex. Returns
     (x or None, HiGHS's message); x may be the last iterate of a run stopped by the time limit
@@ -284,8 +314,9 @@ def _highs_solve(cost: np.ndarray, A_ub: sparse.csr_matrix, A_eq: sparse.csr_mat
         options["run_crossover"] = "off"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optimize.OptimizeWarning)  # "options passed to HiGHS verbatim"
-        res = optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=np.ones(A_eq.shape[0]),
-                               bounds=bounds, method="highs-ipm" if method == "ipm" else "highs-ds", options=options)
+        b_eq = np.ones(A_eq.shape[0]) if b_eq is None else b_eq
+        res = optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(A_ub.shape[0]), A_eq=A_eq, b_eq=b_eq, bounds=bounds,
+                               method="highs-ipm" if method == "ipm" else "highs-ds", options=options)
     x = res.x
     if x is None or x.shape != (cost.shape[0],) or not np.all(np.isfinite(x)):
         return None, str(res.message)
@@ -298,9 +329,106 @@ def _highs_solve(cost: np.ndarray, A_ub: sparse.csr_matrix, A_eq: sparse.csr_mat
 _DESIGN_DROP = 1e-13
 
 
-def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6, method: str = "ipm") -> MCRSPolicy:
-    """Hinge LP: variables [pi (G*K), h (M)]; max w.h s.t. h - A pi <= 0, sum_r pi_{r,j} = 1,
-    0 <= h <= f.
+# Above this many cells the hinge LP is written in moment form (:func:`_moment_lp`, sparse); at
+# and below it in the dense form the kernel's shipped G = 64 policies (and their G = 32 check) were
+# solved with, so the kernel's policies and their checks do not move.
+MOMENT_FORM_ABOVE_G = 64
+
+
+def _dense_lp(u, y, w, f, K, a, abar):
+    """The hinge LP with the dense design (g(x_i) = A[i] . pi): variables [pi (G*K), h (M)]."""
+    G, M = a.shape[0] - 1, u.shape[0]
+    design = _design_matrix(u, y, K, a, abar)
+    design[np.abs(design) < _DESIGN_DROP] = 0.0
+    n_pi = G * K
+    A_ub = sparse.hstack([-sparse.csr_matrix(design), sparse.identity(M, format="csr")], format="csr")
+    A_eq = sparse.hstack([sparse.kron(sparse.identity(G), np.ones((1, K))), sparse.csr_matrix((G, M))], format="csr")
+    bounds = np.concatenate([np.column_stack([np.zeros(n_pi), np.ones(n_pi)]), np.column_stack([np.zeros(M), f])])
+    return np.concatenate([np.zeros(n_pi), -w]), A_ub, A_eq, np.ones(G), bounds
+
+
+def _moment_lp(u, y, w, f, K, a, abar):
+    """The hinge LP in moment form: variables [pi (G*K), M_{r,j,p} / scale_{j,p} (G K (K-1) / 2), h (M)].
+
+    With the moments M_{r,j,p} = int_{a_{j+1}}^1 pi_r(m) (m - a_{j+1})^p dm (p < K - r) as
+    variables, g at a node x in cell j is the module docstring's
+    sum_r C_r x^(r-1) [pi_{r,j} z^n + n sum_k binom(n-1, k) z^k M_{r,j,n-1-k}], z = a_{j+1} - x,
+    i.e. K + K (K - 1) / 2 entries per hinge row instead of up to G K, and the moments obey the
+    recursion (h = a_{j+2} - a_{j+1}, the width of cell j + 1; M_{r,G-1,p} = 0)
+
+        M_{r,j,p} = pi_{r,j+1} h^(p+1) / (p + 1) + sum_{q<=p} binom(p, q) h^(p-q) M_{r,j+1,q},
+
+    every coefficient >= 0 (no cancellation). Each moment is divided by that of pi = 1,
+    scale_{j,p} = (1 - a_{j+1})^(p+1) / (p + 1), so the variables lie in [0, 1] (unscaled they
+    span ~30 orders of magnitude and HiGHS's interior point stopped with status 15). Same LP as
+    the dense form (same optimum up to HiGHS's tolerances), O(M K^2 + G K^3) nonzeros instead of
+    O(M G K): K = 4, delta = 0.1, G = 640 solves in ~4 s instead of ~80 s, G = 1280 in ~10 s."""
+    G, M = a.shape[0] - 1, u.shape[0]
+    C = _rank_coeffs(K)
+    cell = _cell_index(u, y, a, abar)
+    z = np.maximum(y - abar[cell + 1], 0.0)
+    width = np.where(a[1:] <= 0.5, a[1:] - a[:-1], abar[:-1] - abar[1:])
+    # variables are the scaled moments M / scale, scale_{j,p} = (1 - a_{j+1})^(p+1) / (p + 1) (the
+    # moment of pi = 1), so they lie in [0, 1] instead of spanning ~30 orders of magnitude
+    tail = abar[1:]
+    scale = {p: np.maximum(tail ** (p + 1) / (p + 1), 1e-300) for p in range(K - 1)}
+    n_pi = G * K
+    moment = {}  # (r, p) -> first variable index (cells j = 0..G-1 follow)
+    for r in range(1, K):
+        for p in range(K - r):
+            moment[(r, p)] = n_pi + len(moment) * G
+    h0 = n_pi + len(moment) * G
+    n_var = h0 + M
+    triplets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def put(rows, cols, values):
+        rows, cols = np.broadcast_arrays(rows, cols)
+        values = np.broadcast_to(np.asarray(values, np.float64), rows.shape)
+        keep = np.abs(values) >= _DESIGN_DROP
+        triplets.append((rows[keep], cols[keep], values[keep]))
+
+    def matrix(n_rows):
+        rows, cols, values = (np.concatenate(t) for t in zip(*triplets))
+        triplets.clear()
+        return sparse.csr_matrix((values, (rows, cols)), shape=(n_rows, n_var))
+
+    node = np.arange(M)
+    put(node, h0 + node, 1.0)  # h_i - g(x_i) <= 0
+    put(node, cell * K + K - 1, -K * u ** (K - 1))
+    for r in range(1, K):
+        n = K - r
+        x_pow = C[r - 1] * u ** (r - 1)
+        put(node, cell * K + r - 1, -x_pow * z**n)
+        for k in range(n):
+            p = n - 1 - k
+            put(node, moment[(r, p)] + cell, -x_pow * n * math.comb(n - 1, k) * z**k * scale[p][cell])
+    A_ub = matrix(M)
+    put(np.arange(G)[:, None], np.arange(G)[:, None] * K + np.arange(K)[None, :], 1.0)  # sum_r pi_{r,j} = 1
+    n_eq = G
+    j = np.arange(G - 1)
+    h = width[1:]
+    for r in range(1, K):
+        for p in range(K - r):
+            rows = n_eq + j  # the recursion divided by scale_{j,p}
+            put(rows, moment[(r, p)] + j, 1.0)
+            for q in range(p + 1):
+                put(rows, moment[(r, q)] + j + 1, -math.comb(p, q) * h ** (p - q) * scale[q][j + 1] / scale[p][j])
+            put(rows, (j + 1) * K + r - 1, -h ** (p + 1) / (p + 1) / scale[p][j])
+            n_eq += G - 1
+    A_eq = matrix(n_eq)
+    b_eq = np.concatenate([np.ones(G), np.zeros(n_eq - G)])
+    upper = np.concatenate([np.ones(n_pi), np.full(h0 - n_pi, 1.0), f])  # scaled moments <= 1
+    for first in moment.values():
+        upper[first + G - 1] = 0.0  # nothing above the top cell
+    cost = np.concatenate([np.zeros(h0), -w])
+    return cost, A_ub, A_eq, b_eq, np.column_stack([np.zeros(n_var), upper])
+
+
+def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6, method: str = "ipm",
+              kind: str | None = None) -> MCRSPolicy:
+    """Hinge LP: max w.h s.t. h <= g(x) (linear in pi), sum_r pi_{r,j} = 1, 0 <= h <= f, written
+    densely (variables [pi (G*K), h (M)]) for G <= :data:`MOMENT_FORM_ABOVE_G` and in moment
+    form (:func:`_moment_lp`, sparse) above.
 
     Solved by HiGHS's interior point method without crossover (``method="ipm"``): the LP is
     massively degenerate (at small delta f is nearly flat and h_i = f_i = g_i at most nodes), so
@@ -308,25 +436,25 @@ def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6, method
     with crossover, 2.6 s without); an interior optimum is as good a policy (same objective),
     and pi is clipped and renormalised onto the simplex. ``method="simplex"`` is the fallback.
     The returned policy is judged only by its exact acceptance (:func:`checked_policy`)."""
-    a, abar = mcrs_edges(K, G)
+    a, abar = mcrs_edges(K, G, kind)
     bu, by = _breakpoints(delta, a, abar, n_target)
     u, y, w = _quadrature(bu, by, n_gl)
     f = np.exp(_log_f(u, y, delta))
-    M = u.shape[0]
-    design = _design_matrix(u, y, K, a, abar)
-    design[np.abs(design) < _DESIGN_DROP] = 0.0
     n_pi = G * K
-    A_ub = sparse.hstack([-sparse.csr_matrix(design), sparse.identity(M, format="csr")], format="csr")
-    A_eq = sparse.hstack([sparse.kron(sparse.identity(G), np.ones((1, K))), sparse.csr_matrix((G, M))], format="csr")
-    bounds = np.concatenate([np.column_stack([np.zeros(n_pi), np.ones(n_pi)]), np.column_stack([np.zeros(M), f])])
-    x, status = _highs_solve(np.concatenate([np.zeros(n_pi), -w]), A_ub, A_eq, bounds, method)
+    if G > MOMENT_FORM_ABOVE_G:
+        cost, A_ub, A_eq, b_eq, bounds = _moment_lp(u, y, w, f, K, a, abar)
+        x, status = _highs_solve(cost, A_ub, A_eq, bounds, method, b_eq)
+    else:
+        cost, A_ub, A_eq, _, bounds = _dense_lp(u, y, w, f, K, a, abar)
+        x, status = _highs_solve(cost, A_ub, A_eq, bounds, method)
     if x is None:
         raise RuntimeError(f"MCRS LP failed at delta={delta}, K={K}, G={G}: HiGHS {status}")
     pi = np.clip(x[:n_pi].reshape(G, K), 0.0, None)
     row_sum = pi.sum(axis=1, keepdims=True)
     if np.any(row_sum <= 0):
         raise RuntimeError(f"MCRS LP returned an empty policy row at delta={delta}, K={K}, G={G}: HiGHS {status}")
-    return MCRSPolicy(K, a, abar, pi / row_sum, float(delta), float(w @ np.minimum(x[n_pi:], f)))
+    hinge = x[x.shape[0] - u.shape[0]:]
+    return MCRSPolicy(K, a, abar, pi / row_sum, float(delta), float(w @ np.minimum(hinge, f)))
 
 
 class PolicyCheckError(RuntimeError):
@@ -343,42 +471,44 @@ LP_ATTEMPTS = ((1.0, "ipm"), (2.0 / 3.0, "ipm"), (4.0 / 3.0, "ipm"), (1.0, "simp
 CHECK_RTOL = 1e-6
 
 
-def _reference_policies(delta: float, K: int, G: int) -> list[MCRSPolicy]:
+def _reference_policies(delta: float, K: int, G: int, kind: str | None = None) -> list[MCRSPolicy]:
     """Feasible G-cell policies every MCRS solve must match: RASS's optimal weights as a
     constant policy, and the G // 2 policy (:func:`_coarse_policy`: its LP or RASS, whichever
-    is better exactly) lifted to the nested G cells (Chebyshev edges nest: v_2j(G) =
-    v_j(G / 2)), so a degraded LP (a solver failure falling back to RASS where G / 2 cells do
+    is better exactly) lifted to the nested G cells (every placement nests: a_2j(G) =
+    a_j(G / 2), :func:`mcrs_edges`), so a degraded LP (a solver failure falling back to RASS where G / 2 cells do
     better) is caught. One coarser level, not a chain: each level would cost an LP per check."""
     from speccheck.theory.rass import rank_weights
 
-    a, abar = mcrs_edges(K, G)
+    a, abar = mcrs_edges(K, G, kind)
     refs = [MCRSPolicy(K, a, abar, np.tile(rank_weights(delta, K), (G, 1)), delta)]
     if G >= 8 and G % 2 == 0 and K > 1 and 0.0 < delta < _TOP_RANK_DELTA and np.allclose(
-            a[::2], mcrs_edges(K, G // 2)[0], rtol=0, atol=1e-15):
-        refs.append(MCRSPolicy(K, a, abar, np.repeat(_coarse_policy(delta, K, G // 2).pi, 2, axis=0), delta))
+            a[::2], mcrs_edges(K, G // 2, kind)[0], rtol=0, atol=1e-15):
+        coarse = _coarse_policy(delta, K, G // 2, 96, grid_kind(kind))
+        refs.append(MCRSPolicy(K, a, abar, np.repeat(coarse.pi, 2, axis=0), delta))
     return refs
 
 
-def check_level(delta: float, K: int, G: int) -> float:
+def check_level(delta: float, K: int, G: int, kind: str | None = None) -> float:
     """The acceptance an MCRS policy on G cells must reach at delta: the best of
     :func:`_reference_policies`, evaluated by the same exact evaluation on the same cells."""
-    level = max(acceptance_of_policy(delta, p) for p in _reference_policies(delta, K, G))
+    level = max(acceptance_of_policy(delta, p) for p in _reference_policies(delta, K, G, kind))
     return level * (1.0 - CHECK_RTOL)
 
 
-def checked_policy(delta: float, K: int, G: int, n_target: int = 96) -> MCRSPolicy:
+def checked_policy(delta: float, K: int, G: int, n_target: int = 96, kind: str | None = None) -> MCRSPolicy:
     """The first LP policy over :data:`LP_ATTEMPTS` that passes :func:`check_level`, else the best
     reference policy (which passes by construction: the LP lost to it by quadrature error or a
     solver failure). Every returned policy is checked by its exact acceptance."""
     d = float(check_delta(delta))
     K = check_K(K)
     G = int(G)
-    refs = _reference_policies(d, K, G)
+    kind = grid_kind(kind)
+    refs = _reference_policies(d, K, G, kind)
     ref_acc = [acceptance_of_policy(d, p) for p in refs]
     level = max(ref_acc) * (1.0 - CHECK_RTOL)
     for scale, method in LP_ATTEMPTS:
         try:
-            pol = _solve_lp(d, K, G, max(8, int(round(n_target * scale))), method=method)
+            pol = _solve_lp(d, K, G, max(8, int(round(n_target * scale))), method=method, kind=kind)
         except RuntimeError:
             continue
         if acceptance_of_policy(d, pol) >= level:
@@ -390,32 +520,32 @@ def checked_policy(delta: float, K: int, G: int, n_target: int = 96) -> MCRSPoli
 
 
 @functools.lru_cache(maxsize=4096)
-def _policy_cached(delta: float, K: int, G: int, n_target: int) -> MCRSPolicy:
+def _policy_cached(delta: float, K: int, G: int, n_target: int, kind: str = GRID_KIND) -> MCRSPolicy:
     if delta == 0.0:
-        p = uniform_policy(K, G)
-        return MCRSPolicy(K, p.a, p.abar, p.pi, 0.0, 1.0)
+        a, abar = mcrs_edges(K, G, kind)
+        return MCRSPolicy(K, a, abar, np.full((G, K), 1.0 / K), 0.0, 1.0)
     if K == 1 or delta >= _TOP_RANK_DELTA:
-        a, abar = mcrs_edges(K, G)
+        a, abar = mcrs_edges(K, G, kind)
         pi = np.zeros((G, K))
         pi[:, K - 1] = 1.0
         return MCRSPolicy(K, a, abar, pi, float(delta))
     if G >= 8:
-        return checked_policy(delta, K, G, n_target)
-    return _coarse_policy(delta, K, G, n_target)
+        return checked_policy(delta, K, G, n_target, kind)
+    return _coarse_policy(delta, K, G, n_target, kind)
 
 
 @functools.lru_cache(maxsize=4096)
-def _coarse_policy(delta: float, K: int, G: int, n_target: int = 96) -> MCRSPolicy:
+def _coarse_policy(delta: float, K: int, G: int, n_target: int = 96, kind: str = GRID_KIND) -> MCRSPolicy:
     """The unchecked G-cell policy (coarse grids, and the check's reference one level down):
     the LP's policy or RASS's optimal weights as a constant policy, whichever is better when
     evaluated exactly, so quadrature error or a solver failure never makes it worse than RASS."""
     from speccheck.theory.rass import rank_weights
 
     try:
-        pol = _solve_lp(delta, K, G, n_target)
+        pol = _solve_lp(delta, K, G, n_target, kind=kind)
     except RuntimeError:
         pol = None
-    a, abar = mcrs_edges(K, G)
+    a, abar = mcrs_edges(K, G, kind)
     lp_val = float("nan") if pol is None else pol.lp_acceptance
     rass = MCRSPolicy(K, a, abar, np.tile(rank_weights(delta, K), (G, 1)), float(delta), lp_val)
     if pol is None or acceptance_of_policy(delta, rass) > acceptance_of_policy(delta, pol):
@@ -423,8 +553,9 @@ def _coarse_policy(delta: float, K: int, G: int, n_target: int = 96) -> MCRSPoli
     return pol
 
 
-def mcrs_policy(delta: float, K: int, G: int = DEFAULT_G, n_target: int = 96) -> MCRSPolicy:
-    """The LP-optimal piecewise-constant MCRS policy for (delta, K) on G cells (cached).
+def mcrs_policy(delta: float, K: int, G: int = DEFAULT_G, n_target: int = 96, kind: str | None = None) -> MCRSPolicy:
+    """The LP-optimal piecewise-constant MCRS policy for (delta, K) on G cells placed by ``kind``
+    (:func:`mcrs_edges`; default the kernel's), checked by :func:`checked_policy` (cached).
 
     delta = 0 gives the uniform policy (g = f = 1); K = 1 or delta >= 12 gives pi_K = 1.
     """
@@ -432,7 +563,7 @@ def mcrs_policy(delta: float, K: int, G: int = DEFAULT_G, n_target: int = 96) ->
     if d.ndim != 0:
         raise ValueError(f"mcrs_policy takes a scalar delta, got shape {d.shape}")
     K = check_K(K)
-    return _policy_cached(float(d), K, int(G), int(n_target))
+    return _policy_cached(float(d), K, int(G), int(n_target), grid_kind(kind))
 
 
 # ----------------------------------------------------------------------------- exact evaluation
@@ -537,12 +668,13 @@ def _g_mass_min1(policy: MCRSPolicy, j: int) -> float:
     return float(np.sum(np.minimum(g, 1.0) * np.diff(u)))
 
 
-def acceptance_mcrs(delta: ArrayLike, K: int, G: int = DEFAULT_G) -> np.ndarray | float:
-    """P(accept) of MCRS with the optimal policy ``mcrs_policy(delta, K, G)``, evaluated exactly
-    for that policy (not the LP objective). Vectorised over ``delta`` (one LP per value)."""
+def acceptance_mcrs(delta: ArrayLike, K: int, G: int = DEFAULT_G, kind: str | None = None) -> np.ndarray | float:
+    """P(accept) of MCRS with the optimal policy ``mcrs_policy(delta, K, G, kind=kind)``, evaluated
+    exactly for that policy (not the LP objective). Vectorised over ``delta`` (one LP per value)."""
     d = check_delta(delta)
     K = check_K(K)
-    out = np.array([acceptance_of_policy(x, mcrs_policy(x, K, G)) for x in d.ravel()])
+    kind = grid_kind(kind)
+    out = np.array([acceptance_of_policy(x, mcrs_policy(x, K, G, kind=kind)) for x in d.ravel()])
     out = out.reshape(d.shape)
     return out if d.ndim else float(out)
 
@@ -572,17 +704,19 @@ def _acceptance_rass(delta: float, K: int) -> float:
     return float(acceptance_rass(delta, K))
 
 
-def gap_closed_mcrs(delta: float, K: int, G: int = DEFAULT_G) -> dict:
-    """One row of the gap table: RASS, MCRS (exact and LP), the i.i.d.-list bound, the fraction
-    of RASS's gap to the bound that MCRS closes (nan where the gap is <= 1e-12)."""
-    pol = mcrs_policy(delta, K, G)
+def gap_closed_mcrs(delta: float, K: int, G: int = DEFAULT_G, kind: str | None = None) -> dict:
+    """One row of the gap table: RASS, MCRS (exact and LP) on G cells placed by ``kind``, the
+    i.i.d.-list bound, the fraction of RASS's gap to the bound that MCRS closes (nan where the
+    gap is <= 1e-12)."""
+    kind = grid_kind(kind)
+    pol = mcrs_policy(delta, K, G, kind=kind)
     a_m = acceptance_of_policy(delta, pol)
     a_r = _acceptance_rass(delta, K)
     bound = _list_bound_iid(delta, K)
     gap = bound - a_r
     frac = (a_m - a_r) / gap if gap > 1e-12 else float("nan")
     return dict(
-        K=int(K), delta=float(delta), G=int(G), rass=a_r, mcrs=a_m, mcrs_lp=pol.lp_acceptance,
+        K=int(K), delta=float(delta), G=int(G), layout=kind, rass=a_r, mcrs=a_m, mcrs_lp=pol.lp_acceptance,
         bound=bound, rass_gap=gap, mcrs_gap=bound - a_m, closed=frac,
     )
 

@@ -1,9 +1,14 @@
 """MCRS research LPs (measurements, not kernels): policies on the two largest drafts (top2)
-and on the smallest and the largest draft (min-max), on the quadrature of speccheck.theory.mcrs.
-Their results are tabulated by :mod:`speccheck.theory.mcrs_tables` (theory/mcrs_minmax_table.md).
+and on the smallest and the largest draft (min-max), on the quadrature of speccheck.theory.mcrs,
+and an upper bound on what ANY max-conditioned policy can accept (:func:`max_conditioned_bound`).
+Their results are tabulated by :mod:`speccheck.theory.mcrs_tables` (theory/mcrs_minmax_table.md,
+theory/mcrs_gap_table.md).
 """
 
 from __future__ import annotations
+
+import math
+import warnings
 
 import numpy as np
 from scipy import optimize, sparse, special
@@ -18,8 +23,8 @@ from speccheck.theory.mcrs import (  # noqa: F401
     mcrs_policy,
     rank_coeffs,
 )
-from speccheck.theory.normal import normal_mass  # noqa: F401
-from speccheck.theory.validate import check_K
+from speccheck.theory.normal import normal_mass
+from speccheck.theory.validate import check_delta, check_K
 
 
 # ----------------------------------------------------------------------------- richer policy (measurement)
@@ -176,3 +181,110 @@ def minmax_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) 
 
 # (K, delta, G) of theory/mcrs_minmax_table.md: the small-delta cells where max-conditioning
 # stops short (K = 4 at G = 16; K = 6, 8 at G = 8, where G = 16 is beyond HiGHS here)
+
+
+# ----------------------------------------------------------------------------- the class's upper bound
+def _order_stat_cdf_coeffs(r: int, K: int) -> np.ndarray:
+    """Coefficients c_k (k = 0..K-1) of the Beta(r, K - r) CDF, a polynomial for integer
+    parameters: I_z(r, K - r) = sum_{j >= r} binom(K-1, j) z^j (1 - z)^(K-1-j) = sum_k c_k z^k."""
+    coeffs = np.zeros(K)
+    for j in range(r, K):
+        for i in range(K - j):
+            coeffs[j + i] += math.comb(K - 1, j) * math.comb(K - 1 - j, i) * (-1) ** i
+    return coeffs
+
+
+def _rank_values(m: np.ndarray, edges: np.ndarray, lam: np.ndarray, K: int) -> np.ndarray:
+    """Lambda_r(m) = E[lam(X_(r)) | max = m], r = 1..K, shape (K, m.size), for the step function
+    lam (value lam_i on [edges_i, edges_{i+1}), edges_0 = 0, edges_N = 1; u coordinates).
+
+    r = K selects m itself: Lambda_K(m) = lam(m). For r < K the selected draft is m B with
+    B ~ Beta(r, K - r) (module :mod:`speccheck.theory.mcrs`), so with lam = sum_i dl_i 1[x >= e_i]
+    Lambda_r(m) = sum_{e_i < m} dl_i (1 - I_{e_i/m}(r, K - r)): prefix sums of dl_i e_i^k,
+    O((N + m.size) K^2); each term is bounded by |dl_i| (e_i / m <= 1), so no cancellation."""
+    n_steps = lam.size
+    jumps = np.diff(np.concatenate([[0.0], lam]))
+    below = np.searchsorted(edges[:n_steps], m, side="left")  # steps i with e_i < m
+    prefix = np.array([np.concatenate([[0.0], np.cumsum(jumps * edges[:n_steps] ** k)]) for k in range(K)])
+    out = np.empty((K, m.size))
+    for r in range(1, K):
+        coeffs = _order_stat_cdf_coeffs(r, K)
+        value = prefix[0][below].copy()
+        for k in range(K):
+            if coeffs[k] != 0.0:
+                value -= coeffs[k] * prefix[k][below] / m**k
+        out[r - 1] = value
+    out[K - 1] = lam[np.clip(np.searchsorted(edges, m, side="right") - 1, 0, n_steps - 1)]
+    return out
+
+
+def _max_law_integral(values: np.ndarray, m: np.ndarray, K: int) -> float:
+    """int_0^1 values(m) K m^(K-1) dm by the trapezoid rule on the sorted points m."""
+    y = values * K * m ** (K - 1)
+    return float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(m)))
+
+
+def max_conditioned_bound(delta: float, K: int, n_steps: int = 200, n_fine: int = 200_000) -> dict:
+    """Upper bound on the acceptance of EVERY max-conditioned policy pi_r(m) (any measurable
+    policy of the largest draft, not only the piecewise-constant ones the LP and the kernel use).
+
+    Lagrangian duality: min(f, g) <= lam g + (1 - lam) f for any lam(x) in [0, 1], and
+    int lam g_pi = E[lam(X_sel)] = E[sum_r pi_r(M) Lambda_r(M)] <= E[max_r Lambda_r(M)] with
+    Lambda_r(m) = E[lam(X_(r)) | M = m], so for every lam
+
+        A(pi) <= UB(lam) = int (1 - lam) f du + int max_r Lambda_r(m) K m^(K-1) dm,
+
+    and min over lam of UB equals the class's supremum (concave-convex minimax). lam is a step
+    function on ``n_steps`` target quantiles and as many points uniform in s (2 n_steps + 1
+    steps), chosen by the dual LP (t_k >= Lambda_r(m_k) at every step edge and midpoint, so the
+    LP sees every step of Lambda_K = lam). The returned ``bound`` does not rely on the LP: the
+    first term is exact (normal masses), the second the trapezoid rule on ``n_fine`` points
+    uniform in m and as many uniform in m^K plus both sides of every step edge, with the change
+    from ``n_fine / 4`` points added as its error (``quadrature_error``). Valid for any n_steps;
+    it decreases to the supremum as n_steps grows (K = 4, delta = 0.1: 200 -> 400 steps moves
+    it by 3e-7)."""
+    d = float(check_delta(delta))
+    K = check_K(K)
+    n_steps = int(n_steps)
+    if n_steps < 4:
+        raise ValueError(f"n_steps must be >= 4, got n_steps={n_steps}")
+    quantiles = special.ndtri((np.arange(n_steps) + 0.5) / n_steps)
+    s = np.unique(np.concatenate([d + quantiles, np.linspace(-8.5, d + 6.0, n_steps), [-np.inf, np.inf]]))
+    edges = special.ndtr(s)
+    target_mass = np.nan_to_num(normal_mass(s[:-1] - d, s[1:] - d))
+    n_lam = target_mass.size
+    # dual LP on m points: every step edge (both sides), every step midpoint, a uniform grid
+    inner = edges[1:-1]
+    m = np.unique(np.concatenate([inner, np.nextafter(inner, 0.0), 0.5 * (edges[1:] + edges[:-1]),
+                                  np.linspace(0.0, 1.0, n_steps + 2)[1:-1]]))
+    m = m[m > 0.0]
+    mid = np.concatenate([[0.0], 0.5 * (m[1:] + m[:-1]), [1.0]])
+    weight = mid[1:] ** K - mid[:-1] ** K
+    n_m = m.size
+    unit = np.zeros((K, n_m, n_lam))
+    for i in range(n_lam):  # Lambda_r(m) is linear in lam: its columns are the unit steps
+        e_i = np.zeros(n_lam)
+        e_i[i] = 1.0
+        unit[:, :, i] = _rank_values(m, edges, e_i, K)
+    A_ub = sparse.hstack([sparse.csr_matrix(unit.reshape(K * n_m, n_lam)),
+                          -sparse.vstack([sparse.identity(n_m, format="csr")] * K)], format="csr")
+    cost = np.concatenate([-target_mass, weight])  # UB = sum(F) - F.lam + W.t
+    bounds = [(0.0, 1.0)] * n_lam + [(None, None)] * n_m
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optimize.OptimizeWarning)
+        res = optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(K * n_m), bounds=bounds, method="highs")
+    if res.status != 0 or res.x is None:
+        raise RuntimeError(f"max-conditioned bound LP failed at delta={d}, K={K}: {res.message}")
+    lam = np.clip(res.x[:n_lam], 0.0, 1.0)
+    first = float(np.sum((1.0 - lam) * target_mass))
+
+    def second(n_points: int) -> float:
+        grid = np.linspace(0.0, 1.0, n_points)
+        pts = np.unique(np.concatenate([grid, grid ** (1.0 / K), inner, np.nextafter(inner, 0.0), [1.0]]))
+        pts = pts[pts > 0.0]
+        return _max_law_integral(_rank_values(pts, edges, lam, K).max(axis=0), pts, K)
+
+    fine, coarse = second(int(n_fine)), second(max(int(n_fine) // 4, 1000))
+    err = abs(fine - coarse)
+    return dict(delta=d, K=K, n_steps=n_steps, bound=min(1.0, first + fine + err),
+                lp_value=float(res.fun + target_mass.sum()), quadrature_error=err)
