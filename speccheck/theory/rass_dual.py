@@ -1,0 +1,620 @@
+"""Certified optimal RASS rank weights for any K (1..128) by LP duality on refined partitions.
+
+Objective. A(omega) = int min(q, p_omega), q = phi(. - delta), p_omega = sum_r omega_r p_r,
+p_r(s) = phi(s) b_r(Phi(s)) the density of the r-th order statistic of K standard normals;
+A is concave on the simplex W_K and A* = max A.
+
+Weak duality (the certificate). For any measurable y: R -> [0, 1] and any omega in W_K,
+(x)_+ >= y x gives
+
+    1 - A(omega) = int (q - p_omega)_+ >= int y (q - p_omega) = sum_r omega_r int y (q - p_r)
+                 >= min_r int y (q - p_r) =: L(y),
+
+so 1 - A* >= L(y), i.e. A* <= U(y) = 1 - L(y) = int (1 - y) q + max_r int y p_r. At the optimum
+y* = 1{q > p_omega*} the bound is tight (the KKT conditions make every rank of the support
+attain the max). With y constant on the cells j of a partition, L is a finite sum of exact
+cell masses: Q_j (of q), P_rj (of p_r) and Phi_j (of phi),
+
+    L(y) = sum_j y_j D_j - max_r sum_j y_j E_rj,   D_j = Q_j - Phi_j,  E_rj = P_rj - Phi_j,
+
+(the deviation form: precise when 1 - A is tiny) and U(y) = sum_j (1 - y_j) Q_j + max_r
+sum_j y_j P_rj (precise when A is tiny). The best y on a partition is the dual solution of the
+discretised primal max_omega sum_j min(Q_j, sum_r omega_r P_rj), an LP with K weight columns and
+one hinge per cell, solved by HiGHS (dual simplex, one thread: deterministic). Whatever HiGHS's
+tolerances, y is clipped to [0, 1], so the bound is valid.
+
+Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
+  1. cell masses on the partition (the first: base_edges; later: base_edges plus graded edges
+     c, c +- 10^-k, k = 1..9, at the crossings c of the best weights so far and of the last
+     LP's weights);
+  2. the LP (HiGHS dual simplex, then interior point with crossover; one thread; iteration
+     limits), only the "hinge" cells as rows (cells where q is above or below every p_r add a
+     linear or constant term);
+  3. primal: the LP's weights evaluated exactly (:mod:`speccheck.theory.exact`: every crossing,
+     closed-form masses), and Newton-polished on their face (active-set Newton with exact
+     gradient, Hessian and line search); the best exact A of all rounds is kept;
+  4. dual: the LP's y, and y re-solved from the LP's basis in float64 (:func:`refine_dual`, so
+     HiGHS's tolerances of >= 1e-10 do not limit the bound), and the Frank-Wolfe /
+     piecewise certificate of the best weights (y = 1{q > p_omega}: ``rass.certificate``);
+     the best bound of all rounds is kept;
+  5. stop once gap <= GAP_TOL * min(1, A, 1 - A), or gap <= GAP_TOL (absolute) from round
+     ABSOLUTE_AFTER on or where 1 - A <= GAP_TOL, or when the partition would not change.
+The discretised objective overestimates A(omega) only on the cells holding a crossing of
+omega (by ~ q |F'| w^2 / 8 for width w): refining around the crossings makes the LP's optimum
+approach A*, and its weights find the optimal face, which the Newton polish then solves.
+
+Cell masses. Narrow cells (width * (K + |z| + |z - delta| + 1) < 1) by 16-point Gauss-Legendre on
+the densities (relative precision; D_j from expm1(delta z - delta^2/2)), wide ones from normal
+tails and binomial-tail order-statistic CDFs (``exact``'s closed forms). Rounding allowance:
+ROUNDING_ULPS (64) ulp of the sum of the magnitudes entering each bound (every mass carries a
+few ulp of relative error), and 64 ulp of min(A, 1 - A) for the exact evaluator's value (stated
+to ~1e-14 relative); the reported gap includes both. Two LP forms keep HiGHS's absolute
+tolerances meaningful: where D-GRS's acceptance (a lower bound on A*) is >= 1/2, the rejection
+form in deviations eps = omega - 1/K in units of s = min(1, delta) with the hinges in units of
+D-GRS's rejection; below, the acceptance form in units of D-GRS's acceptance. Rows are scaled by
+the cell's largest mass, so fine cells are not lost to HiGHS's small-coefficient threshold.
+omega_r >= 0 (eps_r >= -1/K) is a box of size 1/(K s) on e = eps / s, huge at tiny delta, where
+HiGHS fails in it; the box starts at its delta = 1e-3 size and grows 10-fold while binding (it
+does bind: at K = 64, delta = 1e-6 the optimum has ranks at omega_r = 0, eps_r / delta ~ -1.6e4).
+A box or a clipped coefficient only restricts the LP: its y is still valid, its weights feasible.
+
+Edge cases: delta = 0 (uniform, A = 1) and K = 1 (RMC) in closed form; delta > DELTA_UNDERFLOW:
+A < 1e-340, the top rank (A = 0 returned). Below delta = 1e-150 the LP's data are the
+delta -> 0 limits (D_j / delta -> int_j z phi). Where 1 - A <= GAP_TOL the bound 1 - A itself
+certifies the absolute gap (tiny delta).
+
+Measured (this machine, see the task report): gap <= 1e-12 on most of K in 17..128 x delta in
+[1e-12, 40]; up to ~1e-10 on a few cells of K >= 48 at delta ~ 1e-6..4 where the LP's accuracy
+and the face search limit it; solve times ~0.02 s (large delta) to a few s (K = 128, small delta).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import highspy
+import numpy as np
+from scipy import sparse, special
+
+from speccheck.theory import exact
+from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
+from speccheck.theory.exact import DELTA_UNDERFLOW, law_from_eps
+from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
+from speccheck.theory.rass import RankWeightSolution, certificate
+from speccheck.theory.validate import check_delta, check_K
+
+GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 1 - A) where reachable)
+MAX_ROUNDS = 8
+ROUNDING_ULPS = 64.0
+NEWTON_STEPS = 12
+POLISH_FROM_ROUND = 1
+_VERBOSE = False
+LP_BOX = 1e9
+SIMPLEX_ITERATIONS = 10
+MAX_BOX_GROWTH = 1e4  # the box grows to at most 1e4 times its first size (then the last one is kept)
+GROWTH_ITERATIONS = 2.5  # ... and not after an LP that took more than 2.5 (cells + K) simplex iterations
+LP_SOLVERS = ("simplex", "ipm")
+ABSOLUTE_AFTER = 2  # rounds after which gap <= GAP_TOL (absolute) ends the refinement
+LP_TIME_LIMIT = 60.0  # seconds per LP: a safety valve only (deterministic iteration limits bound the work)
+MIN_ROW_MASS = 1e-12  # acceptance form: cells where q is lighter (relative to the scale) get no LP row
+ROW_SCALE_FLOOR = 1e-4
+MAX_RATIO = 1e12  # acceptance form: P_rj is clipped at MAX_RATIO Q_j in the LP
+TINY_DELTA = 1e-150  # below: the LP data are the delta -> 0 limits
+REFINE_OFFSETS = 10.0 ** -np.arange(9.0, 0.0, -1.0)  # 1e-9 .. 1e-1 on both sides of each crossing
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
+_EPS = 2.0 ** -52
+
+
+# ----------------------------------------------------------------- partition
+def base_edges(delta: float, K: int) -> np.ndarray:
+    """Finite cell edges of the first partition: the order statistics' quantiles Phi^-1 of
+    Chebyshev nodes in u (2K + 16), z-steps of 1/4 on [-8, delta + 8] and a few tail edges out
+    to [-40, delta + 40] (beyond, every mass is < 1e-340)."""
+    n = 2 * K + 16
+    u = 0.5 * (1.0 - np.cos(np.pi * np.arange(1, n) / n))
+    tails = np.array([-40.0, -30.0, -20.0, -12.0, delta + 12.0, delta + 20.0, delta + 30.0, delta + 40.0])
+    edges = np.concatenate([special.ndtri(u), np.arange(-8.0, delta + 8.0 + 1e-9, 0.25), tails])
+    return np.unique(edges)
+
+
+def refined_edges(edges: np.ndarray, crossings: np.ndarray) -> np.ndarray:
+    """``edges`` plus each crossing c and c +- 10^-k, k = 1..9 (graded cells)."""
+    c = crossings[np.isfinite(crossings)]
+    if c.size == 0:
+        return edges
+    extra = c[:, None] + np.concatenate([[0.0], REFINE_OFFSETS, -REFINE_OFFSETS])[None, :]
+    return np.unique(np.concatenate([edges, extra.ravel()]))
+
+
+# ----------------------------------------------------------------- cell masses
+class CellMasses:
+    """Exact masses of the cells (-inf, e_0], (e_0, e_1], ..., (e_last, inf) (M = len(edges) + 1).
+
+    Q: q's masses; phi: phi's; D_scaled: (Q - phi) / s with s = min(1, delta) (the delta -> 0
+    limit below TINY_DELTA); P: (M, K) order-statistic masses."""
+
+    def __init__(self, delta: float, K: int, edges: np.ndarray):
+        lo = np.concatenate([[-np.inf], edges])
+        hi = np.concatenate([edges, [np.inf]])
+        self.scale = min(1.0, delta)
+        M = lo.size
+        self.Q, self.phi, self.D_scaled = np.empty(M), np.empty(M), np.empty(M)
+        self.P = np.empty((M, K))
+        mid = np.where(np.isfinite(lo) & np.isfinite(hi), 0.5 * (lo + hi), 0.0)
+        width = hi - lo
+        narrow = np.isfinite(width) & (width * (K + np.abs(mid) + np.abs(mid - delta) + 1.0) < 1.0)
+        self._narrow(delta, K, lo[narrow], hi[narrow], narrow)
+        self._wide(delta, K, lo[~narrow], hi[~narrow], ~narrow)
+
+    def _narrow(self, delta: float, K: int, lo: np.ndarray, hi: np.ndarray, sel: np.ndarray) -> None:
+        half = 0.5 * (hi - lo)
+        z = 0.5 * (hi + lo)[:, None] + half[:, None] * _GL_X[None, :]
+        wts = half[:, None] * _GL_W[None, :]
+        log_phi = -0.5 * z * z - LOG_SQRT_2PI
+        dens = np.exp(log_phi)
+        self.phi[sel] = np.sum(wts * dens, axis=1)
+        self.Q[sel] = np.sum(wts * np.exp(log_phi + delta * z - 0.5 * delta * delta), axis=1)
+        if delta < TINY_DELTA:
+            ratio = z
+        else:
+            ratio = np.expm1(delta * z - 0.5 * delta * delta) / self.scale
+        self.D_scaled[sel] = np.sum(wts * dens * ratio, axis=1)
+        r = np.arange(1, K + 1, dtype=np.float64)
+        log_coef = exact._log_coef(K)  # noqa: SLF001 (same package: log of K binom(K-1, r-1))
+        log_b = (log_coef + (r - 1) * special.log_ndtr(z)[..., None] + (K - r) * special.log_ndtr(-z)[..., None])
+        self.P[sel] = np.einsum("mn,mnk->mk", wts * dens, np.exp(log_b))
+
+    def _wide(self, delta: float, K: int, lo: np.ndarray, hi: np.ndarray, sel: np.ndarray) -> None:
+        self.phi[sel] = normal_mass(lo, hi)
+        self.Q[sel] = normal_mass(lo - delta, hi - delta)
+        lo_f = np.where(np.isfinite(lo), lo, 0.0)
+        hi_f = np.where(np.isfinite(hi), hi, 0.0)
+        if delta < TINY_DELTA:  # int_lo^hi z phi = phi(lo) - phi(hi)
+            g_lo = np.where(np.isfinite(lo), np.exp(-0.5 * lo_f * lo_f - LOG_SQRT_2PI), 0.0)
+            g_hi = np.where(np.isfinite(hi), np.exp(-0.5 * hi_f * hi_f - LOG_SQRT_2PI), 0.0)
+            self.D_scaled[sel] = g_lo - g_hi
+        else:  # Q - phi = G(hi) - G(lo), G(x) = -P(x - delta < Z < x)
+            g_lo = np.where(np.isfinite(lo), normal_mass_below(lo_f, delta), 0.0)
+            g_hi = np.where(np.isfinite(hi), normal_mass_below(hi_f, delta), 0.0)
+            self.D_scaled[sel] = (g_lo - g_hi) / self.scale
+        law = exact.law_from_omega(np.full(K, 1.0 / K))
+        lower_lo, upper_lo = exact._rank_cdf_tails(law, lo_f)  # noqa: SLF001 (same package)
+        lower_hi, upper_hi = exact._rank_cdf_tails(law, hi_f)  # noqa: SLF001
+        lower_lo = np.where(np.isfinite(lo)[:, None], lower_lo, 0.0)
+        upper_lo = np.where(np.isfinite(lo)[:, None], upper_lo, 1.0)
+        lower_hi = np.where(np.isfinite(hi)[:, None], lower_hi, 1.0)
+        upper_hi = np.where(np.isfinite(hi)[:, None], upper_hi, 0.0)
+        left = (hi_f <= 0.0) & np.isfinite(hi)
+        right = (lo_f >= 0.0) & np.isfinite(lo)
+        P = np.where(left[:, None], lower_hi - lower_lo,
+                     np.where(right[:, None], upper_lo - upper_hi, 1.0 - lower_lo - upper_hi))
+        self.P[sel] = np.clip(P, 0.0, None)
+
+
+# ----------------------------------------------------------------- the bound
+class DualBound:
+    """lower: a lower bound on 1 - A*; upper: an upper bound on A* (both already net of the
+    rounding allowance)."""
+
+    __slots__ = ("lower", "upper")
+
+    def __init__(self, lower: float, upper: float):
+        self.lower, self.upper = lower, upper
+
+
+def dual_bound(masses: CellMasses, y: np.ndarray) -> DualBound:
+    """L(y) (a lower bound on 1 - A*) and U(y) (an upper bound on A*) for y clipped to [0, 1],
+    each minus/plus its rounding allowance."""
+    y = np.clip(np.nan_to_num(y, nan=0.0), 0.0, 1.0)
+    s = masses.scale
+    D = masses.D_scaled * s
+    yP = y @ masses.P
+    E = yP - y @ masses.phi
+    r_star = int(np.argmax(E))
+    lower = float(y @ D) - float(E[r_star])
+    lower_err = ROUNDING_ULPS * _EPS * (float(y @ np.abs(D)) + float(yP[r_star]) + float(y @ masses.phi))
+    upper = float((1.0 - y) @ masses.Q) + float(np.max(yP))
+    upper_err = ROUNDING_ULPS * _EPS * upper
+    return DualBound(max(lower - lower_err, 0.0), min(upper + upper_err, 1.0))
+
+
+def local_gap(law: exact.RankLaw, res: exact.ExactAcceptance) -> float:
+    """An upper bound on A* - A(omega) from the weights' own crossings: min of the Frank-Wolfe gap
+    max_r g_r - g . omega (the dual y = 1{q > p_omega}) and ``rass.certificate``, plus the
+    rounding allowance ROUNDING_ULPS ulp of max_r g_r."""
+    g = res.gradient[0]
+    bound = float(g.max() - g @ law.omega)
+    if res.pieces is not None:
+        bound = min(bound, certificate(res.pieces, law.omega).bound)
+    return max(bound, 0.0) + ROUNDING_ULPS * _EPS * float(g.max())
+
+
+def refine_dual(masses: CellMasses, y: np.ndarray, support: np.ndarray) -> np.ndarray:
+    """The LP's dual y re-solved from its basis in float64: y fixed where it is 0 or 1 (to
+    1e-9), and on the fractional cells F the least-squares solution of
+    sum_j y_j P_rj = mu for every rank r of the primal support (the complementary slackness
+    conditions of the LP's vertex), clipped to [0, 1]. HiGHS's tolerances (>= 1e-10) no longer
+    limit the bound; any y in [0, 1] stays valid."""
+    frac = np.nonzero((y > 1e-9) & (y < 1.0 - 1e-9))[0]
+    S = np.nonzero(support)[0]
+    if frac.size == 0 or S.size < 2:
+        return y
+    fixed = np.where(y >= 1.0 - 1e-9, 1.0, 0.0)
+    fixed[frac] = 0.0
+    P_S = masses.P[:, S]
+    rhs = -(fixed @ P_S)
+    M = np.concatenate([P_S[frac].T, -np.ones((S.size, 1))], axis=1)
+    col_scale = np.maximum(np.abs(M).max(axis=0), 1e-300)
+    sol = np.linalg.lstsq(M / col_scale, rhs, rcond=1e-14)[0] / col_scale
+    out = fixed.copy()
+    out[frac] = np.clip(sol[:frac.size], 0.0, 1.0)
+    return out
+
+
+# ----------------------------------------------------------------- the LP
+@functools.lru_cache(maxsize=1)
+def _quiet_first_instance() -> None:
+    """HiGHS prints a banner on stdout when the first instance of a process is made (before any
+    option can be set): make that one with file descriptor 1 pointed at /dev/null."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _highs() -> highspy.Highs:
+    _quiet_first_instance()
+    h = highspy.Highs()
+    for key, value in (("output_flag", False), ("threads", 1), ("small_matrix_value", 1e-12),
+                       ("primal_feasibility_tolerance", 1e-10), ("dual_feasibility_tolerance", 1e-10),
+                       ("ipm_optimality_tolerance", 1e-12), ("random_seed", 0), ("time_limit", LP_TIME_LIMIT),
+                       ("ipm_iteration_limit", 100)):
+        h.setOptionValue(key, value)
+    return h
+
+
+def _run_lp(cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
+            row_lo: np.ndarray, row_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Minimise cost . x over col_lo <= x <= col_hi, row_lo <= A x <= row_hi; (x, row duals,
+    simplex iterations) or
+    None when HiGHS reports no optimum (dual simplex with at most SIMPLEX_ITERATIONS (rows +
+    columns) iterations, then interior point with crossover, at most 100 iterations: bounded,
+    deterministic work)."""
+    for solver in LP_SOLVERS:
+        out, _ = _run_lp_with(solver, cost, col_lo, col_hi, A, row_lo, row_hi)
+        if out is not None:
+            return out
+    return None
+
+
+def _run_lp_with(solver: str, cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
+                 row_lo: np.ndarray, row_hi: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, int] | None, object]:
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.where(np.isfinite(col_lo), col_lo, -inf)
+    lp.col_upper_ = np.where(np.isfinite(col_hi), col_hi, inf)
+    lp.row_lower_ = np.where(np.isfinite(row_lo), row_lo, -inf)
+    lp.row_upper_ = np.where(np.isfinite(row_hi), row_hi, inf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = A.indptr
+    lp.a_matrix_.index_ = A.indices
+    lp.a_matrix_.value_ = A.data
+    h = _highs()
+    h.setOptionValue("solver", solver)
+    h.setOptionValue("simplex_iteration_limit", SIMPLEX_ITERATIONS * (A.shape[0] + A.shape[1]))
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        return None, status
+    sol = h.getSolution()
+    return (np.array(sol.col_value), np.array(sol.row_dual), int(h.getInfo().simplex_iteration_count)), status
+
+
+class CellKinds:
+    """Which cells need a hinge in the LP: ``linear`` where Q_j >= P_rj for every rank (q above
+    any mixture: the cell adds sum_r omega_r P_rj to A, y_j = 1), ``constant`` where Q_j <= P_rj
+    for every rank (adds Q_j, y_j = 0), ``hinge`` the others."""
+
+    def __init__(self, masses: CellMasses):
+        P_max, P_min = masses.P.max(axis=1), masses.P.min(axis=1)
+        self.linear = masses.Q >= P_max
+        self.constant = ~self.linear & (masses.Q <= P_min)
+        self.hinge = ~(self.linear | self.constant)
+
+
+def _hinge_rows(P: np.ndarray, hinge_coef: np.ndarray, sign: float) -> sparse.csc_matrix:
+    """[sign * P | diag(hinge_coef)] over the hinge cells, plus the row sum_r x_r."""
+    n_rows, K = P.shape
+    top = sparse.hstack([sparse.csr_matrix(sign * P), sparse.diags(hinge_coef, format="csr")], format="csr")
+    bottom = sparse.hstack([sparse.csr_matrix(np.ones((1, K))), sparse.csr_matrix((1, n_rows))], format="csr")
+    return sparse.vstack([top, bottom], format="csc")
+
+
+def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None = None, grow: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
+    """:func:`lp_rejection_form_boxed` in a growing box: omega_r >= 0 is eps_r >= -1/K, i.e.
+    e_r >= -1/(K s), huge at tiny delta, where HiGHS fails with that box; so the box starts at
+    its delta = 1e-3 size and grows 10-fold while the solution touches it (binding even at
+    delta = 1e-6 for K = 64: the optimum's eps / delta reach ~1e4 there). A box only restricts
+    the LP: its dual y is still valid, its weights still feasible. ``box``: where to start (the
+    box of an earlier partition); ``grow`` False: that box only. Returns (eps, y, box, stuck) of
+    the last solution (stuck: HiGHS failed in the next larger box), or None."""
+    s = masses.scale
+    full = 1.0 / (K * s)
+    box = min(full, 1.0 / (K * max(s, 1e-3))) if box is None else min(box, full)
+    start = min(full, 1.0 / (K * max(s, 1e-3)))
+    best = None
+    while True:
+        out = lp_rejection_form_boxed(masses, K, rho, box)
+        if out is None:  # HiGHS gave up in this box: the caller starts below it next time
+            return None if best is None else (best[0], best[1], best[2], True)
+        best = (out[0], out[1], box, False)
+        if not grow or box >= min(full, LP_BOX) or float(np.min(out[0])) / s > -box * (1.0 - 1e-6):
+            return best
+        # no larger box once HiGHS needed many iterations in this one (a larger one fails slowly)
+        if box >= MAX_BOX_GROWTH * start or out[2] > GROWTH_ITERATIONS * (masses.Q.size + K):
+            return (best[0], best[1], best[2], True)
+        box = min(10.0 * box, full, LP_BOX)
+
+
+def lp_rejection_form_boxed(masses: CellMasses, K: int, rho: float, box: float
+                            ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """min sum_j (D_j - sum_r eps_r P_rj)_+ over sum eps = 0, eps_r >= -1/K: eps in units of
+    s = min(1, delta) (e = eps / s), the hinges t_j >= D_j - sum_r eps_r P_rj, t_j >= 0 (on the
+    hinge cells) in units of ``rho`` (about 1 - A*), rows scaled by the cell's largest mass (at
+    least ROW_SCALE_FLOOR); the linear cells' terms folded into the cost of e, the constant
+    cells 0. So the objective is ~1 and HiGHS's absolute tolerances are relative to 1 - A*.
+    e = eps / s in [-box, (K - 1) box]. Returns (eps, y, simplex iterations)."""
+    s = masses.scale
+    kinds = CellKinds(masses)
+    hinge = np.nonzero(kinds.hinge)[0]
+    m = np.maximum(np.maximum(np.maximum(masses.Q, masses.phi), masses.P.max(axis=1))[hinge], ROW_SCALE_FLOOR)
+    A = _hinge_rows((s / rho) * masses.P[hinge] / m[:, None], 1.0 / m, 1.0)
+    n_rows = hinge.size
+    e_lo = np.full(K, -box)
+    e_hi = np.full(K, min((K - 1) / (K * s), (K - 1) * box))
+    cost = np.concatenate([-(s / rho) * masses.P[kinds.linear].sum(axis=0), np.ones(n_rows)])
+    col_lo = np.concatenate([e_lo, np.zeros(n_rows)])
+    col_hi = np.concatenate([e_hi, np.full(n_rows, np.inf)])
+    row_lo = np.concatenate([(s / rho) * masses.D_scaled[hinge] / m, [0.0]])
+    row_hi = np.concatenate([np.full(n_rows, np.inf), [0.0]])
+    out = _run_lp(cost, col_lo, col_hi, A, row_lo, row_hi)
+    if out is None:
+        return None
+    x, dual, iterations = out
+    y = kinds.linear.astype(np.float64)
+    y[hinge] = np.abs(dual[:n_rows]) / m
+    return x[:K] * s, y, iterations
+
+
+def lp_acceptance_form(masses: CellMasses, K: int, scale: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """max sum_j min(Q_j, sum_r omega_r P_rj) over W_K, in units of ``scale`` (about A*): hinge
+    a_j <= Q_j, a_j <= sum_r omega_r min(P_rj, MAX_RATIO Q_j) on the hinge cells where
+    Q_j >= MIN_ROW_MASS scale (rows scaled by their largest entry; the clipping and the dropped
+    cells only restrict the LP), the linear cells folded into the cost of omega. Returns (omega, y)."""
+    kinds = CellKinds(masses)
+    hinge = np.nonzero(kinds.hinge & (masses.Q >= MIN_ROW_MASS * scale))[0]
+    P = np.minimum(masses.P[hinge], MAX_RATIO * masses.Q[hinge][:, None])
+    m = np.maximum(masses.Q[hinge], P.max(axis=1))
+    A = _hinge_rows(P / m[:, None], scale / m, -1.0)
+    n_rows = hinge.size
+    cost = np.concatenate([-masses.P[kinds.linear].sum(axis=0) / scale, -np.ones(n_rows)])
+    col_lo = np.zeros(K + n_rows)
+    col_hi = np.concatenate([np.ones(K), masses.Q[hinge] / scale])
+    row_lo = np.concatenate([np.full(n_rows, -np.inf), [1.0]])
+    row_hi = np.concatenate([np.zeros(n_rows), [1.0]])
+    out = _run_lp(cost, col_lo, col_hi, A, row_lo, row_hi)
+    if out is None:
+        return None
+    x, dual, _ = out
+    y = kinds.linear.astype(np.float64)
+    y[hinge] = np.abs(dual[:n_rows]) * scale / m
+    omega = np.clip(x[:K], 0.0, None)
+    return omega / omega.sum(), y
+
+
+def clipped_cells(masses: CellMasses) -> np.ndarray:
+    """Cells where the acceptance form clipped a rank mass (there y_j > 0 may count the true,
+    much larger, P_rj in U: :func:`_solve` also tries y_j = 0 on them)."""
+    return np.any(masses.P > MAX_RATIO * masses.Q[:, None], axis=1)
+
+
+# ----------------------------------------------------------------- the solver
+def _closed_form(d: float, K: int) -> RankWeightSolution | None:
+    """delta = 0 (uniform, A = 1), K = 1 (RMC), delta > DELTA_UNDERFLOW (A < 1e-340: top rank)."""
+    if d == 0.0 or K == 1:
+        omega = np.full(K, 1.0 / K)
+        if d == 0.0:
+            return RankWeightSolution(omega, 1.0, 0.0, 0.0, 1.0, np.zeros(K), np.empty(0), 0)
+        acc = float(2.0 * special.ndtr(-0.5 * d))
+        rej = float(normal_mass(-0.5 * d, 0.5 * d))
+        return RankWeightSolution(omega, acc, rej, 0.0, acc, np.zeros(K), np.array([0.5 * d]), 0)
+    if d > DELTA_UNDERFLOW:
+        omega = np.zeros(K)
+        omega[-1] = 1.0
+        return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
+    return None
+
+
+def _target(acc: float, rej: float) -> float:
+    return GAP_TOL * min(1.0, acc, rej)
+
+
+def newton_polish(d: float, K: int, eps: np.ndarray, zero: np.ndarray, steps: int = NEWTON_STEPS
+                  ) -> tuple[exact.RankLaw, exact.ExactAcceptance]:
+    """Active-set Newton ascent of the exact A from 1/K + eps (``zero``: weights exactly 0): on
+    the face {omega_r > 0} plus the zero rank with the largest gradient above g . omega (if any),
+    maximise g . x + x.H.x / 2 over sum x = 0 (bordered KKT system in least squares: H has rank
+    <= #crossings, the minimum-norm step; an entering rank that the step would make negative
+    stays out), cut at the simplex boundary (a weight that reaches 0 leaves the face), halved
+    until the exact A does not decrease. Returns the last (best) point."""
+    law = law_from_eps(eps, zero)
+    res = exact.exact_acceptance(law, np.array([d]), gradient=True)
+    for _ in range(steps):
+        grad = res.gradient[0]
+        H_full = exact.hessian(law, d, res.crossings[0])
+        face = ~zero
+        outside = np.nonzero(zero & (grad > grad @ law.omega))[0]
+        if outside.size:  # the rank that most wants to enter joins the face
+            face = face.copy()
+            face[outside[np.argmax(grad[outside])]] = True
+        step = _face_step(H_full, grad, face)
+        entering = face & zero & (step < 0)
+        if np.any(entering):
+            step = _face_step(H_full, grad, face & ~entering)
+        if not (np.all(np.isfinite(step)) and float(grad @ step) > 0):
+            break
+        neg = step < 0
+        t_max = float(np.min(law.omega[neg] / -step[neg])) if np.any(neg) else np.inf
+        t = min(1.0, t_max)
+        for _ in range(12):
+            z = zero & ~(step > 0)
+            if t >= t_max:
+                z |= neg & (law.omega + t * step <= law.omega * 1e-12)
+            trial_law = law_from_eps(np.where(z, -1.0 / K, law.eps + t * step), z)
+            trial = exact.exact_acceptance(trial_law, np.array([d]), gradient=True)
+            if _better(trial, res) or _same(trial, res):
+                break
+            t *= 0.5
+        else:
+            break
+        if _same(trial, res):
+            break
+        law, res, zero = trial_law, trial, z
+    return law, res
+
+
+def _face_step(H: np.ndarray, g: np.ndarray, face: np.ndarray) -> np.ndarray:
+    """argmax of g.x + x.H.x/2 over {sum x = 0, x = 0 off the face}: the bordered KKT system
+    (scaled by max |H_rr|) in least squares, minimum norm (H has rank <= #crossings)."""
+    S = np.nonzero(face)[0]
+    step = np.zeros(g.size)
+    n = S.size
+    h_scale = float(np.abs(np.diag(H)[S]).max()) if n else 0.0
+    if n < 2 or not h_scale > 0:
+        return step
+    M = np.zeros((n + 1, n + 1))
+    M[:n, :n] = H[np.ix_(S, S)] / h_scale
+    M[:n, n] = M[n, :n] = 1.0
+    sol = np.linalg.lstsq(M, np.concatenate([-g[S] / h_scale, [0.0]]), rcond=1e-13)[0]
+    step[S] = sol[:n] - sol[:n].mean()
+    return step
+
+
+def _same(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> bool:
+    return bool(new.rejection[0] == old.rejection[0] and new.acceptance[0] == old.acceptance[0])
+
+
+def _solve(d: float, K: int) -> RankWeightSolution:
+    dgrs = float(acceptance_dgrs(d, K))
+    dgrs_rejection = float(dgrs_levels(d, K).G[-1])
+    rejection_form = dgrs >= 0.5
+    rho = max(dgrs_rejection, 1e-3 * min(1.0, d), 1e-300)  # the scale of 1 - A* (D-GRS's is above it)
+    base = edges = base_edges(d, K)
+    box, stuck = None, False
+    best, best_local = None, np.inf  # (law, exact result) with the largest A, and its local gap
+    best_lower, best_upper = 0.0, 1.0
+    rounds = 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        masses = CellMasses(d, K, edges)
+        if rejection_form:
+            # the first round keeps the first box (enough where 1 - A <= GAP_TOL: tiny delta)
+            out = lp_rejection_form(masses, K, rho, box, grow=rounds > 1 and not stuck)
+            eps = None if out is None else out[0]
+            box = None if out is None else out[2]
+            stuck = stuck or (out is not None and out[3])
+        else:
+            out = lp_acceptance_form(masses, K, max(dgrs, 1e-300))
+            eps = None if out is None else out[0] - 1.0 / K
+        if out is None:
+            break
+        candidates = _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND, best=best)
+        for candidate in candidates:
+            if best is None or _better(candidate[1], best[1]):
+                best, best_local = candidate, local_gap(*candidate)
+        support = (1.0 / K + eps) > 1e-15
+        duals = [out[1], refine_dual(masses, out[1], support)]
+        if not rejection_form:
+            duals += [np.where(clipped_cells(masses), 0.0, y) for y in duals]
+        for y in duals:
+            bound = dual_bound(masses, y)
+            best_lower, best_upper = max(best_lower, bound.lower), min(best_upper, bound.upper)
+        acc, rej = float(best[1].acceptance[0]), float(best[1].rejection[0])
+        # the dual y = 1{q > p_omega} at the best weights (cells = the pieces between their
+        # crossings): U - A is their Frank-Wolfe gap, tightened by rass.certificate
+        gap = min(best_upper - acc, rej - best_lower, best_local)
+        if _VERBOSE:
+            print(rounds, edges.size, gap, best_upper - acc, rej - best_lower, best_local, acc, rej)
+        # refine around the best weights' crossings and the LP weights' (where the LP found more)
+        centres = [best[1].crossings[0]] + [c[1].crossings[0] for c in candidates[:1]]
+        new_edges = refined_edges(base, np.concatenate(centres))
+        if stuck:  # HiGHS failed in a larger box: its LPs on finer partitions fail too (slowly)
+            break
+        # done: certified relative to min(1, A, 1 - A); or to GAP_TOL absolute once a round on a
+        # refined partition is done (relative precision is then beyond the rounding floor or the
+        # LP's accuracy) or where 1 - A <= GAP_TOL itself (tiny delta); or nothing new to refine
+        if (gap <= _target(acc, rej) or (gap <= GAP_TOL and (rounds >= ABSOLUTE_AFTER or rej <= GAP_TOL))
+                or np.array_equal(new_edges, edges)):
+            break
+        edges = new_edges
+    if best is None:  # HiGHS failed on the first partition: Newton from uniform and from the top rank
+        top = np.full(K, -1.0 / K)
+        top[-1] = 1.0 - 1.0 / K
+        for candidate in (newton_polish(d, K, np.zeros(K), np.zeros(K, bool)),
+                          newton_polish(d, K, top, np.arange(K) < K - 1)):
+            if best is None or _better(candidate[1], best[1]):
+                best, best_local = candidate, local_gap(*candidate)
+    law, res = best
+    acc, rej = float(res.acceptance[0]), float(res.rejection[0])
+    gap = max(min(best_upper - acc, rej - best_lower, best_local, rej), 0.0) + ROUNDING_ULPS * _EPS * min(acc, rej)
+    roots = res.crossings[0]
+    return RankWeightSolution(law.omega.copy(), acc, rej, gap, acc + gap, law.eps.copy(),
+                              roots[np.isfinite(roots)], rounds)
+
+
+def _candidates(d: float, K: int, eps: np.ndarray, polish: bool, best) -> list:
+    """The LP's weights evaluated exactly, and (from round POLISH_FROM_ROUND) Newton-polished on
+    their face."""
+    zero = (1.0 / K + eps) <= 1e-15
+    if np.all(zero):
+        return []
+    eps = np.where(zero, -1.0 / K, eps)
+    law = law_from_eps(eps, zero)
+    res = exact.exact_acceptance(law, np.array([d]), gradient=True)
+    out = [(law, res)]
+    if polish:
+        out.append(newton_polish(d, K, law.eps, zero))
+    return out
+
+
+def _better(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> bool:
+    """A(new) > A(old), compared on A where both are small and on 1 - A otherwise."""
+    if new.acceptance[0] < 0.5 and old.acceptance[0] < 0.5:
+        return bool(new.acceptance[0] > old.acceptance[0])
+    return bool(new.rejection[0] < old.rejection[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _solution(d: float, K: int) -> RankWeightSolution:
+    return _closed_form(d, K) or _solve(d, K)
+
+
+def certified_rank_weights(delta: float, K: int) -> RankWeightSolution:
+    """Optimal RASS weights at one delta (finite >= 0; K in 1..128) with a certificate from LP
+    duality on a refined partition: ``upper_bound = acceptance + gap`` bounds the optimum A*
+    (gap <= 1e-12 absolute, and <= 1e-12 * min(1, A, 1 - A) where rounding allows), acceptance
+    and rejection exact at the returned weights. A pure function of (delta, K)."""
+    d = float(check_delta(delta))
+    K = check_K(K)
+    sol = _solution(d, K)
+    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())

@@ -1,0 +1,139 @@
+"""Certified optimal RASS weights by LP duality on refined partitions (speccheck.theory.rass_dual).
+
+The certificate is checked three ways: weak duality itself (every y in [0, 1] bounds every omega),
+agreement with the Newton solver's certified optimum where that one certifies (K <= 16), and the
+papers' sandwich D-GRS <= A* <= i.i.d.-list bound at K in 17..128 (hypothesis).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from speccheck.errors import InputError
+from speccheck.theory import acceptance_dgrs, list_bound_iid, rank_weight_solution
+from speccheck.theory import rass_dual as rd
+from speccheck.theory.acceptance import dgrs_levels
+from speccheck.theory.exact import exact_acceptance, law_from_omega
+
+# what is certified on every cell measured (module docstring): <= GAP_TOL absolute on most,
+# up to CERTIFIED_GAP where the LP cannot resolve the optimal face (K >= 64, delta ~ 1e-6..1e-3)
+CERTIFIED_GAP = 1e-10
+
+
+def _dgrs_rejection(d: float, K: int) -> float:
+    return float(dgrs_levels(d, K).G[-1])
+
+
+def _check_sandwich(sol, d: float, K: int) -> None:
+    """finite, weights on the simplex, gap >= 0 certified, D-GRS <= A <= i.i.d.-list bound."""
+    assert np.all(np.isfinite(sol.omega)) and np.all(sol.omega >= 0) and abs(sol.omega.sum() - 1) < 1e-12
+    assert np.isfinite(sol.acceptance) and np.isfinite(sol.rejection) and np.isfinite(sol.gap)
+    assert 0.0 <= sol.gap <= CERTIFIED_GAP, (d, K, sol.gap)
+    assert sol.upper_bound == sol.acceptance + sol.gap
+    dgrs = float(acceptance_dgrs(d, K))
+    if dgrs >= 0.5 and d > 1e-100:  # the small side: 1 - A against D-GRS's rejection G_{K+1}
+        # (below 1e-100 D-GRS's G_{K+1} underflows to 0 in speccheck.theory.acceptance)
+        assert sol.rejection <= _dgrs_rejection(d, K) * (1 + 1e-12) + 1e-300, (d, K, sol.rejection)
+    elif dgrs < 0.5:
+        assert sol.acceptance >= dgrs * (1 - 1e-12), (d, K, sol.acceptance, dgrs)
+    assert sol.acceptance <= float(list_bound_iid(d, K)) * (1 + 1e-12) + 1e-300, (d, K)
+
+
+DELTAS = st.one_of(st.sampled_from([0.0, 5e-324, 1e-300, 1e-12, 1e-9, 40.0, 85.0]),
+                   st.floats(min_value=0.0, max_value=40.0, allow_nan=False))
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(d=DELTAS, K=st.integers(min_value=17, max_value=128))
+def test_certified_weights_sandwiched_between_dgrs_and_iid_bound(d, K):
+    _check_sandwich(rd.certified_rank_weights(d, K), d, K)
+
+
+@pytest.mark.parametrize("K,d", [(17, 1e-12), (24, 0.7), (32, 2.0), (48, 8.0), (64, 1.0), (64, 3.0), (96, 12.0),
+                                 (128, 1e-12), (128, 40.0)])
+def test_certified_to_the_stated_gap(K, d):
+    sol = rd.certified_rank_weights(d, K)
+    _check_sandwich(sol, d, K)
+    assert sol.gap <= rd.GAP_TOL, (K, d, sol.gap)
+
+
+@pytest.mark.parametrize("K", [2, 4, 8, 16])
+@pytest.mark.parametrize("d", [1e-9, 0.3, 1.0, 2.5, 6.0])
+def test_agrees_with_the_newton_solution_within_both_gaps(K, d):
+    dual = rd.certified_rank_weights(d, K)
+    newton = rank_weight_solution(d, K)
+    slack = 1e-14 * min(1.0, dual.acceptance, dual.rejection) + 1e-300
+    assert dual.acceptance <= newton.upper_bound + slack
+    assert newton.acceptance <= dual.upper_bound + slack
+    assert dual.gap <= rd.GAP_TOL
+
+
+def test_weak_duality_holds_for_any_y_and_omega():
+    # A(omega) <= U(y) and 1 - A(omega) >= L(y) for random omega and random y in [0, 1]
+    rng = np.random.default_rng(13)
+    K, d = 8, 1.3
+    masses = rd.CellMasses(d, K, rd.base_edges(d, K))
+    for _ in range(20):
+        omega = rng.dirichlet(np.ones(K))
+        res = exact_acceptance(law_from_omega(omega), np.array([d]))
+        bound = rd.dual_bound(masses, rng.uniform(0.0, 1.0, masses.Q.size))
+        assert res.acceptance[0] <= bound.upper and res.rejection[0] >= bound.lower
+
+
+def test_indicator_dual_at_the_optimum_is_tight():
+    # y = 1{q > p_omega*} on a partition holding the optimum's crossings: U = A* up to the gap
+    d, K = 1.0, 8
+    sol = rd.certified_rank_weights(d, K)
+    edges = rd.refined_edges(rd.base_edges(d, K), sol.crossings)
+    masses = rd.CellMasses(d, K, edges)
+    lo = np.concatenate([[-np.inf], edges])
+    hi = np.concatenate([edges, [np.inf]])
+    mid = np.where(np.isfinite(lo) & np.isfinite(hi), 0.5 * (lo + hi), np.where(np.isfinite(lo), lo + 1, hi - 1))
+    log_ratio = np.log(np.maximum(sol.omega @ _rank_densities(mid, K), 1e-300))  # log p_omega / phi
+    q_above = d * mid - 0.5 * d * d > log_ratio
+    bound = rd.dual_bound(masses, q_above.astype(float))
+    assert sol.acceptance <= bound.upper <= sol.acceptance + 1e-9
+
+
+def _rank_densities(z: np.ndarray, K: int) -> np.ndarray:
+    """b_r(Phi(z)) for r = 1..K, shape (K, z.size)."""
+    from scipy import special, stats
+
+    u = special.ndtr(z)
+    return np.array([stats.beta.pdf(u, r, K - r + 1) for r in range(1, K + 1)])
+
+
+def test_pure_function_of_delta_and_K_in_any_call_order():
+    cells = [(0.4, 24), (3.0, 24), (1e-9, 24)]
+    first = [rd.certified_rank_weights(d, K) for d, K in cells]
+    rd._solution.cache_clear()
+    second = [rd.certified_rank_weights(d, K) for d, K in reversed(cells)][::-1]
+    for a, b in zip(first, second):
+        assert np.array_equal(a.omega, b.omega) and a.acceptance == b.acceptance and a.gap == b.gap
+
+
+def test_closed_forms_and_edges():
+    zero = rd.certified_rank_weights(0.0, 40)
+    assert zero.acceptance == 1.0 and zero.gap == 0.0 and np.allclose(zero.omega, 1 / 40)
+    rmc = rd.certified_rank_weights(2.0, 1)
+    assert rmc.acceptance == pytest.approx(2 * 0.15865525393145707, rel=1e-15)  # 2 Phibar(1)
+    far = rd.certified_rank_weights(100.0, 64)
+    assert far.acceptance == 0.0 and far.omega[-1] == 1.0
+    sub = rd.certified_rank_weights(5e-324, 64)
+    assert sub.acceptance == 1.0 and 0.0 <= sub.rejection <= 1e-300 and sub.gap <= 1e-300
+
+
+@pytest.mark.parametrize("d,K", [(-1.0, 20), (float("nan"), 20), (1.0, 0), (1.0, 129), (1.0, 2.5)])
+def test_bad_input_raises_input_error(d, K):
+    with pytest.raises(InputError):
+        rd.certified_rank_weights(d, K)
+
+
+def test_optimum_is_non_increasing_in_delta():
+    # A*(delta) is non-increasing (q moves away from every p_r): the certified values may only
+    # rise by the certificate of the earlier cell
+    deltas = [1e-6, 0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 9.0]
+    sols = [rd.certified_rank_weights(d, 20) for d in deltas]
+    for prev, nxt in zip(sols[:-1], sols[1:]):
+        assert nxt.acceptance <= prev.upper_bound
