@@ -52,12 +52,15 @@ def add_executor_args(parser: argparse.ArgumentParser, *, store_default: Optiona
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def executor_from(args: argparse.Namespace, timeout: Optional[float] = None) -> Executor:
-    """The executor the options ask for (see :func:`speccheck.scale.executors.make_executor`)."""
-    from speccheck.scale.executors import make_executor
+def executor_from(args: argparse.Namespace, timeout: Optional[float] = None, *,
+                  modules: Optional[tuple[str, ...]] = None) -> Executor:
+    """The executor the options ask for (see :func:`speccheck.scale.executors.make_executor`),
+    started: a local cluster's workers begin importing torch and ``modules`` (default: every unit
+    kind's) now, in parallel with the caller; so call it before the command's own heavy imports."""
+    from speccheck.scale.executors import ALL_MODULES, make_executor
 
     return make_executor(workers=args.workers, scheduler=args.scheduler, progress=not args.no_progress,
-                         timeout=timeout)
+                         timeout=timeout, modules=modules or ALL_MODULES).start()
 
 
 def wants_dask(args: argparse.Namespace, default_workers: int = 1) -> bool:
@@ -165,8 +168,9 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``speccheck sweep``: run the missing cells into the store, then print/write the summary."""
-    from speccheck.scale import jobs
     if args.convert:
+        from speccheck.scale import jobs
+
         name = jobs.convert_legacy_sweep(args.convert, args.store, name=args.name and check_name(args.name))
         print(f"imported {args.convert} into {args.store} as sweep {name!r}")
         return 0
@@ -174,16 +178,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise InputError("--cells cannot be combined with --K/--L (give either explicit KxL cells or K and L ranges)")
     if args.trajectories < 2:
         raise InputError(f"--trajectories must be >= 2, got {args.trajectories}")
-    cells = parse_cells(args.cells) if args.cells else [
-        (k, l) for k in parse_range(args.K or ["1..7"], "K") for l in parse_range(args.L or ["2..7"], "L")]
-    proto = protocol_from(args)
     if args.chunk is not None and args.chunk < 1:
         raise InputError(f"--chunk must be >= 1 trajectories per unit, got {args.chunk}")
-    chunked = args.chunk is not None and args.chunk < args.trajectories
-    name = check_name(args.name) if args.name else (f"{proto.target}-{proto.key()}"
-                                                     + (f"-chunk{args.chunk}" if chunked else ""))
-    executor = executor_from(args)
+    cells = parse_cells(args.cells) if args.cells else [
+        (k, l) for k in parse_range(args.K or ["1..7"], "K") for l in parse_range(args.L or ["2..7"], "L")]
+    from speccheck.scale.executors import SWEEP_MODULES
+
+    executor = executor_from(args, modules=SWEEP_MODULES)  # local workers start while this process imports
     try:
+        from speccheck.scale import jobs
+
+        proto = protocol_from(args)
+        chunked = args.chunk is not None and args.chunk < args.trajectories
+        name = check_name(args.name) if args.name else (f"{proto.target}-{proto.key()}"
+                                                         + (f"-chunk{args.chunk}" if chunked else ""))
         rows = jobs.run_sweep(proto, args.verifiers, cells, args.trajectories, args.seed, store=args.store,
                               name=name, executor=executor, threads=args.threads, log=lambda m: print(m, flush=True),
                               chunk=args.chunk)
@@ -221,13 +229,18 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """``speccheck calibrate``: exit 0 when every rule's failure rate is consistent with the suite's."""
-    from speccheck.scale import jobs
-
     if args.seeds < 1 or args.first_seed < 0:
         raise InputError(f"--seeds must be >= 1 and --first-seed >= 0, got {args.seeds}, {args.first_seed}")
     name = check_name(args.name) if args.name else None
-    executor = None if args.summarise_only else executor_from(args)
+    if not args.summarise_only:
+        from speccheck.scale.executors import BATTERY_MODULES
+
+        executor = executor_from(args, modules=BATTERY_MODULES)  # local workers start while this process imports
+    else:
+        executor = None
     try:
+        from speccheck.scale import jobs
+
         summary = jobs.calibrate(args.suite, args.verifier, seeds=range(args.first_seed, args.first_seed + args.seeds),
                                  device=args.device, store=args.store, name=name, executor=executor,
                                  run=not args.summarise_only, cells=args.cells)

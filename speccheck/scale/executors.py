@@ -1,8 +1,11 @@
 """Executors: run units in this process, on a local Dask cluster, or on an existing one.
 
 ``make_executor(workers=1)`` is the in-process path (no Dask import). ``workers=N > 1`` starts a
-``dask.distributed.LocalCluster`` of N worker processes with one thread each;
-``scheduler="tcp://HOST:PORT"`` (or ``$DASK_SCHEDULER_ADDRESS``) connects to a running cluster.
+``dask.distributed.LocalCluster`` of N worker processes with one thread each, forked from one
+template process (a ``forkserver``) that imported torch and the units' modules once:
+:meth:`DaskExecutor.start` launches it at once, so it imports while the client plans, and the
+workers start ready to run units (spawned workers would each import them, on the cores the units
+need). ``scheduler="tcp://HOST:PORT"`` (or ``$DASK_SCHEDULER_ADDRESS``) connects to a running cluster.
 Units on ``cuda`` ask a remote cluster for the worker resource ``GPU=1`` (start such workers with
 ``dask worker --resources GPU=1``). Every executor calls ``on_result(unit, outcome)`` in the
 client as each unit finishes (the caller stores it at once) and counts units done on stderr.
@@ -18,23 +21,36 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, Sequence
 
 from speccheck.errors import InputError, IsolatedCodeError, LoadError
-from speccheck.scale.units import Unit, run_unit
 
-if TYPE_CHECKING:  # dask is imported only when a Dask executor runs
+if TYPE_CHECKING:  # dask (and torch, through the units) are imported only when units run
     from distributed import Client
 
-OnResult = Callable[[Unit, dict], None]
+    from speccheck.scale.units import Unit
+
+OnResult = Callable[["Unit", dict], None]
 _CONNECT_TIMEOUT_S = 20
 _STARTUP_S = 120.0  # starting the workers and importing torch there, before the first unit can finish
-# Units are CPU-bound Python: the workers' statistical profiler (a stack sample every 10 ms) and
-# GIL monitor (every 1 ms) would compete with them for the GIL; local clusters run without them.
-_QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.gil.enabled": False}
+# Units are CPU-bound Python: each wake-up of a worker's event-loop thread takes the GIL from the
+# unit. Local clusters run without the statistical profiler (a stack sample every 10 ms) and the
+# GIL monitor (every 1 ms), with the event-loop health tick at 1 s (not 20 ms), the system and
+# memory monitors at 2 s and 1 s (not 0.5 s and 0.1 s).
+_QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.gil.enabled": False,
+                  "distributed.admin.tick.interval": "1s", "distributed.admin.system-monitor.interval": "2s",
+                  "distributed.worker.memory.monitor-interval": "1s"}
 # Battery units allocate and free tensors of tens of MB many times a second. Dask's default
 # pre-spawn MALLOC_TRIM_THRESHOLD_ (64 KiB) hands that memory back to the kernel after every
 # free, so each new tensor page-faults again (half the CPU went to the kernel on 2 workers);
 # glibc's largest mmap threshold keeps freed blocks in the heap for reuse.
-_WORKER_MALLOC = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 1 << 30,
-                  "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": 1 << 25}
+_MALLOC = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 25)}
+_WORKER_MALLOC = {f"distributed.nanny.pre-spawn-environ.{name}": int(value) for name, value in _MALLOC.items()}
+# The template's environment (glibc reads the malloc variables when a process starts; forked
+# workers inherit the template's allocator and thread settings).
+_TEMPLATE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **_MALLOC}
+# What local workers import before their first unit: every unit kind's modules (the sampler and
+# the theory for sweeps, the battery for calibrations, mutants and battery cells).
+SWEEP_MODULES = ("speccheck.scale.units", "speccheck.sampler.experiments", "speccheck.theory")
+BATTERY_MODULES = ("speccheck.scale.units", "speccheck.validation.battery", "speccheck.validation.mutants")
+ALL_MODULES = tuple(dict.fromkeys(SWEEP_MODULES + BATTERY_MODULES))
 
 
 class Executor(Protocol):
@@ -42,9 +58,48 @@ class Executor(Protocol):
 
     name: str
 
+    def start(self) -> Executor: ...
+
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None: ...
 
     def close(self) -> None: ...
+
+
+def launch_worker_template(modules: Sequence[str] = ALL_MODULES) -> bool:
+    """Start this process's ``forkserver`` (once) with ``distributed``, torch and ``modules``
+    imported, and the workers' thread and allocator settings; local Dask workers are then forked
+    from it, ready to run units. Returns at once (the template imports in its own process, in
+    parallel with the caller); False where the platform has no forkserver (workers are spawned
+    and import for themselves). A template already running keeps the modules it started with."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    from speccheck.scale.worker_template import MODULES_VARIABLE
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["speccheck.scale.worker_template"])
+    environment = {**_TEMPLATE_ENV, MODULES_VARIABLE: ",".join(["distributed", "torch", *modules])}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)  # the template inherits the environment as it starts
+    try:
+        forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return True
+
+
+def _keep_template_modules() -> None:
+    """distributed, told to fork workers, would set its own forkserver preload list (importing
+    pandas and others into this process only to name them); the template already runs with ours."""
+    import distributed.utils
+
+    if hasattr(distributed.utils, "_forkserver_preload_set"):
+        distributed.utils._forkserver_preload_set = True
 
 
 class Progress:
@@ -79,8 +134,12 @@ class InProcessExecutor:
         # a unit (a mutant's run), so its --timeout bounds a cell
         self.heartbeat = heartbeat
 
+    def start(self) -> InProcessExecutor:
+        """Nothing to start: units run here."""
+        return self
+
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
-        from speccheck.scale.units import heartbeat_to
+        from speccheck.scale.units import heartbeat_to, run_unit
 
         bar = Progress(len(units), self.name, self.progress)
         for unit in units:
@@ -101,12 +160,22 @@ class DaskExecutor:
     """Units as Dask tasks: a local cluster of ``workers`` processes, or the cluster at ``scheduler``."""
 
     def __init__(self, workers: Optional[int] = None, scheduler: Optional[str] = None, progress: bool = False,
-                 timeout: Optional[float] = None) -> None:
+                 timeout: Optional[float] = None, modules: Sequence[str] = ALL_MODULES) -> None:
         self.workers, self.scheduler, self.progress = workers, scheduler, progress
         self.timeout = timeout  # seconds a unit may run: no unit finishing for this long stops the job
+        self.modules = tuple(modules)  # what local workers import before their first unit
         self.name = f"dask {scheduler}" if scheduler else f"dask local x{workers}"
         self._client = None
         self._cluster = None
+        self._forked: Optional[bool] = None
+
+    def start(self) -> DaskExecutor:
+        """Begin starting a local cluster without waiting: launch the workers' template process, which
+        imports torch and ``modules`` while the caller goes on (call it before the client's own
+        imports and planning). Nothing for a remote cluster. :meth:`client` finishes the start."""
+        if not self.scheduler and self._forked is None:
+            self._forked = launch_worker_template(self.modules)
+        return self
 
     def client(self) -> Client:
         """The Dask client (started on first use)."""
@@ -126,7 +195,12 @@ class DaskExecutor:
         else:
             import dask
 
-            with dask.config.set({**_QUIET_WORKERS, **_WORKER_MALLOC}):  # handed to the worker processes as they start
+            self.start()
+            method = {"distributed.worker.multiprocessing-method": "forkserver" if self._forked else "spawn"}
+            if self._forked:
+                _keep_template_modules()
+            # handed to the worker processes as they start (the malloc variables matter to spawned ones only)
+            with dask.config.set({**_QUIET_WORKERS, **_WORKER_MALLOC, **method}):
                 self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
                                              dashboard_address=":0", silence_logs=logging.CRITICAL,
                                              env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
@@ -143,6 +217,7 @@ class DaskExecutor:
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
         if not units:
             return
+        from speccheck.scale.units import run_unit
 
         client = self.client()
         remote_gpu = bool(self.scheduler) and any(u.needs_gpu for u in units)
@@ -171,9 +246,10 @@ class DaskExecutor:
                                     "finished so far are stored: rerun to resume") from None
                 on_result(unit, outcome)
                 bar.step()
-        finally:
-            for future in futures:
-                future.cancel()
+        finally:  # units still pending after an error: one message (a finished unit's result goes with its future)
+            pending = [future for future in futures if not future.done()]
+            if pending:
+                client.cancel(pending)
 
     def _finished(self, futures: dict) -> Iterator:
         """The futures as they finish. With ``timeout``: if no unit finishes for ``timeout``
@@ -205,11 +281,14 @@ class DaskExecutor:
 
 
 def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None,
-                  progress: bool = False, timeout: Optional[float] = None) -> Executor:
+                  progress: bool = False, timeout: Optional[float] = None,
+                  modules: Sequence[str] = ALL_MODULES) -> Executor:
     """The executor for ``--workers``/``--scheduler``: an existing cluster if ``scheduler`` (or
     ``$DASK_SCHEDULER_ADDRESS``), else in-process when ``workers`` is 1 (or the machine has one
     core), else a local cluster of ``workers`` processes (default: one per core). ``timeout``
-    bounds each unit on a Dask executor (the in-process one is bounded by its caller)."""
+    bounds each unit on a Dask executor (the in-process one is bounded by its caller);
+    ``modules``: what local workers import before their first unit (:data:`SWEEP_MODULES`,
+    :data:`BATTERY_MODULES`, default both). Nothing starts until ``start()`` or the first run."""
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
     if scheduler and workers is not None:
@@ -220,8 +299,8 @@ def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None
     if scheduler:
         if "://" not in scheduler:
             raise InputError(f"--scheduler takes an address like tcp://HOST:8786, got {scheduler!r}")
-        return DaskExecutor(scheduler=scheduler, progress=progress, timeout=timeout)
+        return DaskExecutor(scheduler=scheduler, progress=progress, timeout=timeout, modules=modules)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     if workers == 1:
         return InProcessExecutor(progress=progress)
-    return DaskExecutor(workers=workers, progress=progress, timeout=timeout)
+    return DaskExecutor(workers=workers, progress=progress, timeout=timeout, modules=modules)

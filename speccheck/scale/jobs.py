@@ -460,6 +460,9 @@ def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], dev
     ``store`` (the split-runs use case) without running anything. ``cells``: each battery run is
     split into its cells (:func:`battery_cell_runs`; stored in job ``NAME.cells``, the runs'
     records in ``NAME`` as they complete), for big suites on many workers; same records."""
+    # the summary's statistics (scipy.stats), imported now: on Dask, while the workers start, rather
+    # than after the last unit
+    import speccheck.validation.stats  # noqa: F401
     from speccheck.validation.suites import load_suite
 
     if not verifiers:
