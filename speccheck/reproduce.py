@@ -461,7 +461,7 @@ def command(args: argparse.Namespace) -> int:
         from speccheck.scale.executors import make_executor
 
         executor = make_executor(workers=None if args.scheduler else args.workers, scheduler=args.scheduler,
-                                 progress=True)
+                                 progress=True).start()  # local workers start while the artefact plans
         try:
             written = reproduce(args.name, root, executor=executor)
         finally:
