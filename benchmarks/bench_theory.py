@@ -1,6 +1,7 @@
 """Theory benchmarks, as ratios measured in the same run (issue 13).
 
     python benchmarks/bench_theory.py [--K 8] [--n 100000] [--deltas 12] [--big-K 64] [--repeats 5]
+    python benchmarks/bench_theory.py --scan 2000     (certified gap over a dense delta grid, K <= 16)
 
 1. Cold rank-weight solve (certified optimum; the solution cache and the per-delta scan-grid
    cache are emptied before every call) at K against the paper's method:
@@ -97,6 +98,24 @@ def bench_throughput(n: int, K: int, repeats: int = 3) -> dict[str, float]:
     return out
 
 
+def gap_scan(n: int, Ks: tuple[int, ...] = (2, 3, 4, 8, 12, 16)) -> None:
+    """Certified gap of cold solves at n log-spaced deltas in [1e-12, 40] per K (not timed)."""
+    deltas = np.geomspace(1e-12, 40.0, n)
+    print(f"certified gap, cold solves at {n} log-spaced deltas in [1e-12, 40] (target <= 1e-12 absolute):")
+    for K in Ks:
+        t0 = time.perf_counter()
+        gaps, iterations = np.empty(n), np.empty(n, int)
+        for i, d in enumerate(deltas):
+            rass_theory._solution.cache_clear()
+            sol = rass_theory.rank_weight_solution(float(d), K)
+            gaps[i], iterations[i] = sol.gap, sol.iterations
+        worst = int(np.argmax(gaps))
+        above = int(np.sum(gaps > 1e-12))
+        print(f"  K = {K:2d}: max gap {gaps[worst]:.2e} at delta {deltas[worst]:.6g}; {above} above "
+              f"1e-12; iterations median {np.median(iterations):g}, max {iterations.max()} "
+              f"({time.perf_counter() - t0:.1f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--K", type=int, default=8)
@@ -104,7 +123,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--deltas", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--scan", type=int, default=0, metavar="N",
+                    help="only the certified-gap scan: N deltas in [1e-12, 40] x K in {2, 3, 4, 8, 12, 16}")
     args = ap.parse_args()
+    if args.scan:
+        gap_scan(args.scan)
+        return
     deltas = np.geomspace(0.02, 6.0, args.deltas)
     print(f"cold rank-weight solve (caches empty), median over {args.deltas} deltas in [0.02, 6] of the fastest "
           f"of {args.repeats} runs:")

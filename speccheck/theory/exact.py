@@ -39,8 +39,11 @@ rounding (~1e-17 absolute in eps).
 
 Speed (issue 13). The omega-free parts of the curve on the scan grid are computed once per
 (K, grid) (:func:`_grid_basis`); rank sums use moment columns, not (n, K) temporaries; one delta
-(the optimiser's case) takes :func:`crossings_one`, which needs no per-piece bookkeeping; the
-vectorised masses are weighted before they are differenced when no gradient is wanted.
+(the optimiser's case) takes :func:`crossings_one`, which needs no per-piece bookkeeping, and
+its masses take the branch-selecting normal masses (``normal_mass_small``: same formula per
+entry, fewer numpy calls); the nodes of the scan grid above BASE_SPLIT are built without the
+rest of the grid; the vectorised masses are weighted before they are differenced when no
+gradient is wanted.
 """
 
 from __future__ import annotations
@@ -54,7 +57,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import special
 
-from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
+from speccheck.theory.normal import (
+    LOG_SQRT_2PI,
+    normal_mass,
+    normal_mass_below,
+    normal_mass_below_small,
+    normal_mass_small,
+)
 
 Z_LO = -40.0  # below: both laws' mass < 1e-340
 Z_PAD = 40.0  # above delta + Z_PAD: likewise
@@ -143,6 +152,9 @@ def _moment_columns(K: int) -> np.ndarray:
     return out
 
 
+_COLUMNS_USED = {0: 1, 1: 3, 2: 6, 3: 10}  # moment columns read by L, L', L'', L^(3)
+
+
 def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
     """L(z) = log P(Phi(z)) and its first two derivatives (exact formulas, see the module doc).
 
@@ -171,7 +183,8 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
         log_v = special.log_ndtr(-z)
         log_b = law.log_coef + np.multiply.outer(log_u, low) + np.multiply.outer(log_v, high)
         b = np.exp(log_b)
-        sums = b @ (law.eps[:, None] * columns)  # (n, 6): sum_r b_r eps_r column_r
+        # (n, k): sum_r b_r eps_r column_r over the columns the derivatives asked for use
+        sums = b @ (law.eps[:, None] * columns[:, :_COLUMNS_USED.get(derivatives, 10)])
         dev = sums[:, 0]
         far = np.nonzero(~(np.abs(dev) <= 0.5))[0]
         P = 1.0 + dev
@@ -182,7 +195,7 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
             e = np.exp(t - top)
             tot = e.sum(axis=1)
             L[far] = top[:, 0] + np.log(tot)
-            sums[far] = (e / tot[:, None]) @ columns
+            sums[far] = (e / tot[:, None]) @ columns[:, :sums.shape[1]]
             P[far] = 1.0
         if derivatives == 0:
             return Curve(L, empty, empty)
@@ -260,14 +273,12 @@ def _grid_basis(K: int, z_hi: float) -> _Basis:
     """The scan grid of (K, z_hi) with its omega-free curve terms (a pure function of its
     arguments; reused by the evaluations of one solve, which share delta): the nodes below
     BASE_SPLIT from the per-K table, the others computed here."""
-    grid = scan_grid(K, z_hi)
-    base = _base_basis(K) if z_hi >= Z_PAD else None
-    tail = grid[grid >= BASE_SPLIT]
-    if base is not None and base.z.size + tail.size == grid.size:
-        top = _basis_at(K, tail)
+    if z_hi >= Z_PAD:  # the per-K nodes below BASE_SPLIT, and the few above it (no full grid)
+        base = _base_basis(K)
+        top = _basis_at(K, _scan_grid_tail(K, z_hi))
         basis = _Basis(*(np.concatenate([b, t]) for b, t in zip(base, top)))
     else:
-        basis = _basis_at(K, grid)
+        basis = _basis_at(K, scan_grid(K, z_hi))
     for a in basis:
         a.flags.writeable = False
     return basis
@@ -304,13 +315,32 @@ def _curve_terms(law: RankLaw, basis: _Basis, derivatives: int) -> Curve:
 
 
 # ----------------------------------------------------------------- convexity pieces of L
-def scan_grid(K: int, z_hi: float) -> np.ndarray:
-    """Sorted grid on [Z_LO, z_hi]: Chebyshev nodes in u (8K + 32 of them) plus z-steps of 1/16
-    on [-8, z_hi - Z_PAD + 8] and 1/2 elsewhere."""
+@functools.lru_cache(maxsize=256)
+def _chebyshev_nodes(K: int) -> np.ndarray:
+    """z = Phi^{-1}(u) at the 8K + 31 interior Chebyshev nodes u of [0, 1] (read-only)."""
     n_cheb = 8 * K + 32
     j = np.arange(1, n_cheb)
     u = 0.5 * (1.0 - np.cos(np.pi * j / n_cheb))
-    z_cheb = special.ndtri(u)
+    out = special.ndtri(u)
+    out.flags.writeable = False
+    return out
+
+
+def _scan_grid_tail(K: int, z_hi: float) -> np.ndarray:
+    """The nodes of scan_grid(K, z_hi) at or above BASE_SPLIT (z_hi >= Z_PAD), built from the
+    same pieces without the rest of the grid."""
+    z_cheb = _chebyshev_nodes(K)
+    fine_hi = z_hi - Z_PAD + 8.0
+    fine = np.arange(-8.0, fine_hi + 1e-9, 1.0 / 16)
+    coarse = np.arange(fine_hi, z_hi + 0.5, 0.5)
+    tail = np.unique(np.concatenate([z_cheb[z_cheb >= BASE_SPLIT], fine[fine >= BASE_SPLIT], coarse, [z_hi]]))
+    return tail[(tail >= BASE_SPLIT) & (tail <= z_hi)]
+
+
+def scan_grid(K: int, z_hi: float) -> np.ndarray:
+    """Sorted grid on [Z_LO, z_hi]: Chebyshev nodes in u (8K + 32 of them) plus z-steps of 1/16
+    on [-8, z_hi - Z_PAD + 8] and 1/2 elsewhere."""
+    z_cheb = _chebyshev_nodes(K)
     fine_hi = z_hi - Z_PAD + 8.0
     fine = np.arange(-8.0, fine_hi + 1e-9, 1.0 / 16)
     coarse = np.concatenate([np.arange(Z_LO, -8.0, 0.5), np.arange(fine_hi, z_hi + 0.5, 0.5)])
@@ -727,8 +757,10 @@ def _masses_one(law: RankLaw, d: float, roots: np.ndarray, L_first: float):
     rank_mass = np.clip(np.where((lo >= 0)[:, None], upper[:-1] - upper[1:], lower[1:] - lower[:-1]), 0.0, None)
     q_first = (L_first - d * Z_LO + 0.5 * d * d) < 0
     q_above = (np.arange(roots.size + 1) % 2 == 1) ^ q_first
-    q_mass = normal_mass(lo - d, hi - d)
-    G = np.concatenate([[0.0], _G(law, roots, np.float64(d), lower_r, upper_r), [0.0]])
+    q_mass = normal_mass_small(lo - d, hi - d)
+    # G at the crossings (:func:`_G`, the roots are finite)
+    G_roots = -normal_mass_below_small(roots, d) - np.where(roots <= 0, lower_r @ law.eps, -(upper_r @ law.eps))
+    G = np.concatenate([[0.0], G_roots, [0.0]])
     residual = np.where(q_above, G[1:] - G[:-1], 0.0)
     acc = float(np.sum(np.where(q_above, rank_mass @ law.omega, q_mass)))
     rej = float(np.sum(residual))

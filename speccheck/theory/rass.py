@@ -23,7 +23,13 @@ in the simplex, A(omega') <= A(omega) + g . (omega' - omega)); the piecewise bou
 <= max_r P(S_(r) in S) + Q(S^c) for ANY set S) at the set {q > p} predicted for the Newton point
 (:func:`_dual_gap`). The first two are first order in the distance e to the optimum, the last is
 second order (~e^2), so near the optimum it certifies 1e-12 where the others would need another
-Newton step.
+Newton step. Where those stall above 1e-12 (K <= 16, once they are below POLISH_GAP), the set
+bound at crossings moved by one Newton step of the dual (:func:`polished_set_gap`): a crossing
+where q and p_omega are nearly tangent (|F'| ~ 1e-6, K = 16 at delta ~ 0.03) is only known to
+~1e-16 / |F'|, which every bound evaluated at the computed crossings inherits to first order
+(~1e-11); so does a weight of ~1e-15 whose gradient rounding cannot settle (K = 16 at
+delta ~ 5.4; the polish then leaves that rank's piece out of the set). Every set gives a valid
+bound, evaluated exactly; the polish only chooses a better one.
 
 Stopping (K <= 16): the gap is <= GAP_TOL = 1e-12 absolute AND either <= 1e-12 min(1, A, 1 - A),
 or the Newton model's predicted gain is <= VALUE_TOL = 1e-12 min(1, A, 1 - A), so A and 1 - A
@@ -46,7 +52,7 @@ from scipy import special
 from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
-from speccheck.theory.normal import log_phi, normal_mass
+from speccheck.theory.normal import log_phi, normal_mass, normal_mass_small
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -58,6 +64,8 @@ MAX_ITER = 200
 # < 1e-7 in A) and reports the gap it certified
 LARGE_K, LARGE_K_MAX_ITER = 16, 3
 TABLE_STENCIL = 6  # grid points of the shipped table's interpolating polynomial (table_start)
+POLISH_GAP = 1e-7  # K <= LARGE_K: the polished set bound (polished_set_gap) once the other bounds are below this
+POLISH_BAND = 1e-7  # ranks within this of the smallest set margin are equalised by the polish
 STALL_GAP, STALL_ITER = 1e-9, 25  # K <= LARGE_K: stop once a gap <= STALL_GAP has not halved in STALL_ITER
 _VERBOSE = False
 
@@ -215,8 +223,9 @@ def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> 
 class RankWeightSolution(NamedTuple):
     """Optimal RASS weights with their certificate.
 
-    omega: the weights; acceptance, rejection: A and 1 - A at omega (exact); gap: the
-    Frank-Wolfe gap max_r g_r - g . omega (>= the true optimum minus acceptance);
+    omega: the weights; acceptance, rejection: A and 1 - A at omega (exact); gap: the smallest
+    certified bound on the true optimum minus acceptance (Frank-Wolfe gap max_r g_r - g . omega,
+    piecewise certificate, set bounds; see the module doc);
     upper_bound = acceptance + gap; deviation: omega - 1/K as the solver holds it (precise at
     tiny delta); crossings of q and p_omega; iterations of the solver.
     """
@@ -341,6 +350,7 @@ class Certificate(NamedTuple):
     bound: float
     model_omega: np.ndarray
     effective_gradient: np.ndarray
+    dropped: np.ndarray | None = None  # per piece: theta = 1 (the set bound without that piece)
 
 
 def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
@@ -383,9 +393,12 @@ def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
     model = np.zeros(omega.size)
     model[int(np.argmax(c))] = 1.0
     all_residual = float(np.sum(res))  # theta = 1 everywhere: A* - A <= 1 - A
+    dropped = np.zeros(pieces.q_above.size, bool)
     if all_residual < best:
-        return Certificate(all_residual, omega.copy(), np.zeros(omega.size))
-    return Certificate(max(best, 0.0), model, c)
+        dropped[above] = True
+        return Certificate(all_residual, omega.copy(), np.zeros(omega.size), dropped)
+    dropped[above[theta]] = True
+    return Certificate(max(best, 0.0), model, c, dropped)
 
 
 SHIPPED_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "rass_weights.npz"
@@ -502,12 +515,69 @@ def set_bound(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> float
     so the right side bounds the optimum A*. Returned as 1 - bound = min_r sum_{I in S}
     (Q(I) - P(S_(r) in I)) (closed-form masses; absolute precision ~1e-16). S = {q > p_omega}
     gives the Frank-Wolfe bound; sets near the optimum's give bounds second-order close to A*."""
+    return float(np.min(set_margins(d, K, edges, q_above)))
+
+
+def set_margins(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> np.ndarray:
+    """h_r = Q(S) - P(S_(r) in S) for every rank r (shape (K,)), S the union of the pieces
+    [edges[i], edges[i + 1]] with q_above[i]: :func:`set_bound` is min_r h_r."""
     lower, upper = exact.rank_tails(K, edges)  # +-inf ends: (0, 1) and (1, 0)
     i = np.nonzero(q_above)[0]  # piece i is [edges[i], edges[i + 1]]
     lo, hi = edges[i], edges[i + 1]
     rank_mass = np.where((lo >= 0)[:, None], upper[i] - upper[i + 1], lower[i + 1] - lower[i])
-    q_mass = normal_mass(lo - d, hi - d)
-    return float(np.min(np.sum(q_mass[:, None] - rank_mass, axis=0)))
+    q_mass = normal_mass_small(lo - d, hi - d)
+    return np.sum(q_mass[:, None] - rank_mass, axis=0)
+
+
+def polished_set_gap(d: float, law: RankLaw, rejection: float, roots: np.ndarray, q_above: np.ndarray,
+                     steps: int = 1, dropped: np.ndarray | None = None) -> float:
+    """A certified bound on A* - A(omega) that does not inherit the crossings' rounding error:
+    the set bound (:func:`set_bound`, valid for ANY set) at crossings moved to maximise
+    min_r h_r (:func:`set_margins`) to first order, evaluated exactly there.
+
+    Why: a crossing c where F = L - delta z + delta^2/2 is nearly tangent (|F'(c)| ~ 1e-6, e.g.
+    K = 16 at delta ~ 0.03) is only known to ~1e-16 / |F'| ~ 1e-10; each h_r moves by
+    (q(c) - phi(c) b_r(Phi(c))) dc, first order, so the set bound at the computed crossings
+    (and the Frank-Wolfe gap) carries ~1e-11 of noise. Only the omega-weighted sum is stationary
+    (q = p_omega at c). With dh_r/dc_j = s_j (q(c_j) - phi(c_j) b_r(Phi(c_j))) (s_j = +1 when the
+    piece left of c_j is in S, -1 when the piece right of it is), the minimum-norm dc that makes
+    h_r + J_r dc equal for the ranks in omega's support (all equal to omega . h: omega^T J = 0
+    at q = p) is one Newton step of the dual; its error is second order in dc (~1e-20 here),
+    and the bound is evaluated exactly at the moved crossings, so it is valid whatever dc is.
+
+    ``dropped`` (from :func:`certificate`): pieces of {q > p} left out of S (tail pieces with
+    rank mass but hardly any residual, e.g. K = 16 at delta ~ 5.4, where a weight ~1e-15 sits
+    on rank 1 and its gradient exceeds the others' by 1e-4). The ranks equalised are omega's
+    support within POLISH_BAND of the smallest margin (the others are not binding there).
+    inf when no crossing or an update leaves the crossings unsorted."""
+    c = np.asarray(roots, np.float64)
+    c = c[np.isfinite(c)]
+    K = law.K
+    if c.size == 0 or q_above.size != c.size + 1:
+        return np.inf
+    in_set = q_above & ~dropped if dropped is not None else q_above
+    side = in_set[:-1].astype(np.float64) - in_set[1:].astype(np.float64)  # s_j
+    best = np.inf
+    for _ in range(steps + 1):
+        edges = np.concatenate([[-np.inf], c, [np.inf]])
+        h = set_margins(d, K, edges, in_set)
+        low = float(h.min())
+        best = min(best, max(rejection - low, 0.0))
+        binding = (law.omega > 0.0) & (h <= low + POLISH_BAND)
+        if best <= 0.0 or _ == steps or not np.any(side != 0.0):
+            break
+        low_rank, high_rank = exact._rank_exponents(K)  # noqa: SLF001 (same package)
+        log_b = law.log_coef + low_rank * special.log_ndtr(c)[:, None] + high_rank * special.log_ndtr(-c)[:, None]
+        rank_density = np.exp(log_phi(c)[:, None] + log_b)  # (m, K)
+        J = (side * np.exp(log_phi(c - d)))[None, :] - (side[:, None] * rank_density).T  # (K, m)
+        # h_r + J_r dc = low + t for the binding ranks: unknowns (dc, t), minimum norm
+        system = np.column_stack([J[binding], -np.ones(int(binding.sum()))])
+        dc = np.linalg.lstsq(system, low - h[binding], rcond=None)[0][:-1]
+        new_c = c + dc
+        if not (np.all(np.isfinite(new_c)) and np.all(np.diff(new_c) > 0)):
+            break
+        c = new_c
+    return best
 
 
 def _dual_gap(d: float, law: RankLaw, ev: exact.ExactAcceptance, step: np.ndarray) -> float:
@@ -530,6 +600,32 @@ def _dual_gap(d: float, law: RankLaw, ev: exact.ExactAcceptance, step: np.ndarra
         return np.inf
     edges = np.concatenate([[-np.inf], c, [np.inf]])
     return max(float(ev.rejection[0]) - set_bound(d, law.K, edges, ev.pieces.q_above), 0.0)
+
+
+def _polished(d: float, law: RankLaw, ev: exact.ExactAcceptance, cert: Certificate | None) -> float:
+    """The smallest :func:`polished_set_gap` at omega's crossings over a few sets S: all of
+    {q > p}; without the pieces the piecewise certificate drops; and (when those do not reach
+    GAP_TOL) each of these with one more or one fewer piece of residual <= POLISH_GAP (a piece
+    that only a rank of negligible weight is fond of, e.g. K = 16 at delta ~ 5.4: weight 1e-15 on
+    rank 1 with a gradient 1e-4 above the others; a piece dropped costs at least its residual).
+    Every S gives a valid bound, so the search only tightens it."""
+    if ev.pieces is None:
+        return np.inf
+    rej, roots, q_above = float(ev.rejection[0]), ev.crossings[0], ev.pieces.q_above
+    cert = certificate(ev.pieces, law.omega) if cert is None else cert
+    none = np.zeros(q_above.size, bool)
+    bases = [none] + ([cert.dropped] if cert.dropped is not None and np.any(cert.dropped) else [])
+    gap = min(polished_set_gap(d, law, rej, roots, q_above, dropped=base) for base in bases)
+    if gap > GAP_TOL:
+        cheap = np.nonzero(q_above & (ev.pieces.residual <= POLISH_GAP))[0]
+        for base in bases:
+            for i in cheap:
+                trial = base.copy()
+                trial[i] = ~trial[i]
+                gap = min(gap, polished_set_gap(d, law, rej, roots, q_above, dropped=trial))
+                if gap <= GAP_TOL:
+                    return gap
+    return gap
 
 
 def _converged(H: np.ndarray, g: np.ndarray, omega: np.ndarray, zero: np.ndarray, scale: float,
@@ -572,11 +668,17 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
             if fw > GAP_TOL:
                 gap = min(gap, _dual_gap(d, law, ev, newton_step))
                 final_gap = (it, gap)
+        cert = None
         if fw > GAP_TOL * min(1.0, acc) and (not small_K or gap > GAP_TOL or gap > rej):
             cert = certificate(ev.pieces, law.omega)
             if cert.bound < gap:
                 gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
                 final_gap = (it, gap)
+        if small_K and GAP_TOL < gap <= POLISH_GAP:
+            # near-tangent crossings, or tiny weights whose gradient is set by rounding: the
+            # crossings' rounding error is first order in the other bounds; the polish removes it
+            gap = min(gap, _polished(d, law, ev, cert))
+            final_gap = (it, gap)
         if _VERBOSE:
             print(it, fw, gap, acc, rej, int((~zero).sum()), ev.crossings[0].size)
         if small_K and gap < best_state[0]:
@@ -650,6 +752,8 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
     # the piecewise certificate tightens the reported gap (K <= LARGE_K: only when it is needed)
     if ev.pieces and gap > GAP_TOL * min(1.0, acc, rej) and (K > LARGE_K or gap > GAP_TOL or gap > rej):
         gap = min(gap, certificate(ev.pieces, law.omega).bound)
+    if ev.pieces and K <= LARGE_K and GAP_TOL < gap <= POLISH_GAP:
+        gap = min(gap, _polished(d, law, ev, None))
     if best_state[0] < gap:  # an earlier state was certified closer (the gap is at its rounding floor)
         gap, law, ev = best_state
         acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])

@@ -124,3 +124,30 @@ def test_inflection_points_are_zeros_of_the_second_derivative():
     c = exact.curve(law, inner, 3)
     # within 1e-5 of a zero of L'' (Newton's last correction), refined further by the check here
     assert np.all(np.abs(c.d2L / c.d3L) <= 1e-5 * np.maximum(1.0, np.abs(inner)))
+
+
+def test_small_normal_masses_equal_the_general_ones():
+    # the one-delta path's normal masses (branches selected, not scattered): same formula per
+    # entry, so equal to rounding, including infinite ends, tails and intervals of width 1e-13
+    from speccheck.theory.normal import normal_mass, normal_mass_below, normal_mass_below_small, normal_mass_small
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 20))
+        x = np.sort(rng.normal(0, 4, size=(n, 2)) * rng.choice([1e-13, 1e-3, 1.0, 10.0], size=(n, 1)), axis=1)
+        x += rng.normal(0, 3, size=(n, 1))
+        a, b = x[:, 0].copy(), x[:, 1].copy()
+        a[rng.random(n) < 0.1] = -np.inf
+        b[rng.random(n) < 0.1] = np.inf
+        np.testing.assert_allclose(normal_mass_small(a, b), normal_mass(a, b), rtol=2e-15, atol=0)
+        width = float(abs(rng.normal()) * rng.choice([0.0, 1e-13, 1e-3, 1.0, 10.0]))
+        pts = rng.normal(0, 5, size=n)
+        np.testing.assert_allclose(normal_mass_below_small(pts, width), normal_mass_below(pts, width),
+                                   rtol=2e-15, atol=0)
+
+
+def test_scan_grid_tail_is_the_scan_grid_above_the_split():
+    for K in (1, 8, 128):
+        for z_hi in (exact.Z_PAD, exact.Z_PAD + 1e-12, exact.Z_PAD + 0.7, exact.Z_PAD + 13.3, exact.Z_PAD + 80.0):
+            grid = exact.scan_grid(K, z_hi)
+            np.testing.assert_array_equal(exact._scan_grid_tail(K, z_hi), grid[grid >= exact.BASE_SPLIT])

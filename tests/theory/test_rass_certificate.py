@@ -104,3 +104,57 @@ def test_solution_does_not_depend_on_the_scan_grid_cache():
     again = rank_weight_solution(d, K)
     np.testing.assert_array_equal(first.omega, again.omega)
     assert first.acceptance == again.acceptance and first.gap == again.gap
+
+
+# near-tangent crossings (K = 16, delta ~ 0.03: |F'| ~ 1e-6, crossings known to ~1e-10) and a
+# weight of ~1e-15 on rank 1 whose gradient exceeds the others' by 1e-4 (K = 16, delta ~ 5.4):
+# the plain bounds stall at ~1e-11 there; the polished set bound certifies 1e-12
+@pytest.mark.parametrize("delta", [0.0336, 0.033936, 0.03, 0.045, 5.3838465, 5.38, 5.5])
+def test_certified_gap_at_ill_conditioned_optima(delta):
+    rass_theory._solution.cache_clear()
+    sol = rank_weight_solution(delta, 16)
+    assert 0.0 <= sol.gap <= 1e-12, sol.gap
+    assert sol.upper_bound == sol.acceptance + sol.gap
+
+
+def test_dense_scan_is_certified_where_the_bounds_stalled():
+    # 2000 log-spaced deltas in [1e-12, 40] x K in {2, 3, 4, 8, 12, 16} all certify <= 1e-12
+    # (benchmarks/bench_theory.py --scan); here the two K = 16 regions where they stalled
+    for delta in np.concatenate([np.geomspace(0.02, 0.06, 9), np.geomspace(5.2, 5.6, 9)]):
+        rass_theory._solution.cache_clear()
+        assert rank_weight_solution(float(delta), 16).gap <= 1e-12, delta
+
+
+@pytest.mark.parametrize("delta,K", [(0.0336, 16), (0.3, 8), (5.3838465, 16), (1.2, 5)])
+def test_polished_set_gap_bounds_the_suboptimality(delta, K):
+    # any set gives a valid bound: at perturbed weights the polished gap is >= the true loss
+    # (within rounding), and at the solution it is at the rounding level
+    sol = rank_weight_solution(delta, K)
+    law0 = exact.law_from_eps(sol.deviation, sol.omega <= 0)
+    ev0 = exact.exact_acceptance(law0, np.array([delta]), gradient=True)
+    at_opt = rass_theory._polished(delta, law0, ev0, None)
+    assert 0.0 <= at_opt <= 1e-12
+    rng = np.random.default_rng(K)
+    active = sol.omega > 0
+    for size in (1e-3, 1e-6):
+        direction = np.where(active, rng.normal(size=K), 0.0)
+        direction -= direction[active].mean() * active
+        eps = sol.deviation + size * direction / np.abs(direction).max() * sol.omega[active].min()
+        law = exact.law_from_eps(eps, ~active)
+        ev = exact.exact_acceptance(law, np.array([delta]), gradient=True)
+        loss = sol.acceptance - ev.acceptance[0] if sol.acceptance < 0.5 else ev.rejection[0] - sol.rejection
+        polished = rass_theory._polished(delta, law, ev, None)
+        assert loss <= polished + 1e-15, (size, loss, polished)
+
+
+def test_set_margins_give_the_set_bound_and_the_rejection():
+    # h_r = Q(S) - P(S_(r) in S); at S = {q > p} the omega-average is 1 - A (q = p at the edges)
+    d, K = 0.7, 6
+    sol = rank_weight_solution(d, K)
+    law = exact.law_from_omega(sol.omega)
+    ev = exact.exact_acceptance(law, np.array([d]), gradient=True)
+    edges = np.concatenate([[-np.inf], ev.crossings[0], [np.inf]])
+    h = rass_theory.set_margins(d, K, edges, ev.pieces.q_above)
+    assert rass_theory.set_bound(d, K, edges, ev.pieces.q_above) == h.min()
+    assert float(sol.omega @ h) == pytest.approx(ev.rejection[0], rel=1e-12)
+    np.testing.assert_allclose(h, ev.rejection[0] - (ev.gradient[0] - ev.gradient[0] @ sol.omega), rtol=0, atol=1e-15)
