@@ -53,6 +53,7 @@ from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
 from speccheck.theory.normal import log_phi, normal_mass, normal_mass_small
+from speccheck.theory.rass_certificate import Certificate, RankWeightSolution, certificate
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -220,36 +221,6 @@ def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> 
 
 
 # ----------------------------------------------------------------- certified optimal weights
-class RankWeightSolution(NamedTuple):
-    """Optimal RASS weights with their certificate.
-
-    omega: the weights; acceptance, rejection: A and 1 - A at omega (exact); gap: the smallest
-    certified bound on the true optimum minus acceptance (Frank-Wolfe gap max_r g_r - g . omega,
-    piecewise certificate, set bounds; see the module doc);
-    upper_bound = acceptance + gap; deviation: omega - 1/K as the solver holds it (precise at
-    tiny delta); crossings of q and p_omega; iterations of the solver.
-    """
-
-    omega: np.ndarray
-    acceptance: float
-    rejection: float
-    gap: float
-    upper_bound: float
-    deviation: np.ndarray
-    crossings: np.ndarray
-    iterations: int
-
-    @property
-    def lp_value(self) -> float:
-        """Old name: the solver's value (now exact, so equal to ``acceptance``)."""
-        return self.acceptance
-
-    @property
-    def quadrature_loss(self) -> float:
-        """Old name: no quadrature is involved any more, so 0."""
-        return 0.0
-
-
 def _gain(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> float:
     """A(new) - A(old), from A where both are small and from 1 - A otherwise."""
     if new.acceptance[0] < 0.5 and old.acceptance[0] < 0.5:
@@ -341,64 +312,6 @@ def _line_search(d: float, eps: np.ndarray, zero: np.ndarray, step: np.ndarray, 
             break
         t = t_new
     return best
-
-
-class Certificate(NamedTuple):
-    """bound >= max over the simplex of A(omega') - A(omega); model_omega: the maximiser of the
-    piecewise-linear model behind it; effective_gradient: the gradient that model weighs."""
-
-    bound: float
-    model_omega: np.ndarray
-    effective_gradient: np.ndarray
-    dropped: np.ndarray | None = None  # per piece: theta = 1 (the set bound without that piece)
-
-
-def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
-    """An upper bound on A* - A(omega), tighter than the Frank-Wolfe gap.
-
-    Per piece I between crossings, int_I min(q, p_omega') is concave in omega'. On a piece where
-    q > p_omega its gain is <= min(res_I, a_I . (omega' - omega)) (res_I = int_I (q - p_omega),
-    a_I the rank masses on I); where p_omega > q it is <= 0. With min(x, y) <= theta x + (1 - theta) y
-    for any theta in [0, 1], for every choice of theta (0/1 per piece here)
-
-        A* - A(omega) <= sum_{I: q>p} [theta_I res_I - (1 - theta_I) a_I . omega] + max_r c_r,
-        c = sum_{I: q>p} (1 - theta_I) a_I,
-
-    evaluated exactly. theta = 0 everywhere is the Frank-Wolfe gap max_r g_r - g . omega;
-    theta = 1 everywhere gives 1 - A. Coordinate descent over the pieces (two passes) picks
-    theta: it matters where a tail piece has rank mass but no residual (large delta: ~1e-6 of
-    rank-1 mass where q ~ 1e-300). Any theta gives a valid bound, so the search only tightens it."""
-    above = np.nonzero(pieces.q_above)[0]
-    a = pieces.rank_mass[above]
-    res = pieces.residual[above]
-    lin = a @ omega
-    theta = np.zeros(above.size, bool)
-
-    def value(th: np.ndarray) -> tuple[float, np.ndarray]:
-        c = (~th).astype(np.float64) @ a if th.size else np.zeros(omega.size)
-        return float(np.sum(np.where(th, res, -lin)) + c.max()), c
-
-    best, c = value(theta)
-    for _ in range(2):
-        changed = False
-        for i in np.argsort(-(a.max(axis=1) - res)) if above.size else []:
-            theta[i] = ~theta[i]
-            trial, trial_c = value(theta)
-            if trial < best:
-                best, c, changed = trial, trial_c, True
-            else:
-                theta[i] = ~theta[i]
-        if not changed:
-            break
-    model = np.zeros(omega.size)
-    model[int(np.argmax(c))] = 1.0
-    all_residual = float(np.sum(res))  # theta = 1 everywhere: A* - A <= 1 - A
-    dropped = np.zeros(pieces.q_above.size, bool)
-    if all_residual < best:
-        dropped[above] = True
-        return Certificate(all_residual, omega.copy(), np.zeros(omega.size), dropped)
-    dropped[above[theta]] = True
-    return Certificate(max(best, 0.0), model, c, dropped)
 
 
 SHIPPED_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "rass_weights.npz"
@@ -778,11 +691,25 @@ def _closed_form(d: float, K: int) -> RankWeightSolution | None:
     return None
 
 
+def _large_k_solution(d: float, K: int) -> RankWeightSolution:
+    """K > LARGE_K: LP duality on graded partitions with exact cell masses
+    (:func:`speccheck.theory.rass_dual.certified_rank_weights`)."""
+    from speccheck.theory.rass_dual import certified_rank_weights
+
+    sol = certified_rank_weights(d, K)
+    gap = min(sol.gap, sol.rejection)  # A* <= 1: never looser than the trivial bound (rounding of the allowance)
+    return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
+
+
 @functools.lru_cache(maxsize=4096)
 def _solution(d: float, K: int) -> RankWeightSolution:
     closed = _closed_form(d, K)
-    max_iter = MAX_ITER if K <= LARGE_K else LARGE_K_MAX_ITER
-    sol = closed if closed is not None else _optimise(d, K, max_iter)
+    if closed is not None:
+        sol = closed
+    elif K > LARGE_K:
+        sol = _large_k_solution(d, K)
+    else:
+        sol = _optimise(d, K, MAX_ITER)
     _SOLVED.add((d, K))
     return sol
 
@@ -792,9 +719,10 @@ _SOLVED: set = set()  # (delta, K) solved to the gap in this process (answers bu
 
 def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -> RankWeightSolution:
     """Certified optimal RASS weights at one delta (finite >= 0; K in 1..128): weights, exact
-    acceptance and rejection, optimality gap (<= 1e-12 absolute once converged: always so far
-    for K <= 16; above, the solver stops after LARGE_K_MAX_ITER iterations and the gap it
-    reports may be larger) and the upper bound beside it. ``max_iter`` caps the solver's
+    acceptance and rejection, optimality gap and the upper bound beside it. K <= 16: the Newton
+    solver, gap <= 1e-12 absolute (a 2000-delta scan per K); above, the LP-duality solver of
+    :mod:`speccheck.theory.rass_dual` (gap <= 1e-12 on most cells, <= 1e-10 guaranteed; the
+    reported gap is what is certified). ``max_iter`` caps the solver's
     iterations (an anytime answer: acceptance is achieved by the returned weights, upper_bound
     bounds the optimum); None: solve to the gap (cached per (delta, K))."""
     d = float(check_delta(delta))
@@ -817,7 +745,10 @@ def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
     content); not cached."""
     d = float(check_delta(delta))
     K = check_K(K)
-    return _closed_form(d, K) or _optimise(d, K, MAX_ITER if K <= LARGE_K else LARGE_K_MAX_ITER, use_table=False)
+    closed = _closed_form(d, K)
+    if closed is not None:
+        return closed
+    return _large_k_solution(d, K) if K > LARGE_K else _optimise(d, K, MAX_ITER, use_table=False)
 
 
 def _cached_keys() -> set:
