@@ -25,8 +25,8 @@ tolerances, y is clipped to [0, 1], so the bound is valid.
 
 Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
   1. cell masses on the partition (the first: base_edges; later: base_edges plus graded edges
-     c, c +- 10^-k, k = 1..9, at the crossings c of the best weights so far and of the last
-     LP's weights);
+     c, c +- 10^-k, k = 1..9, at the crossings c of the best weights so far and those of the
+     last LP's weights farther than MERGE_DISTANCE from them);
   2. the LP (HiGHS dual simplex, then interior point with crossover; one thread; iteration
      limits), only the "hinge" cells as rows (cells where q is above or below every p_r add a
      linear or constant term);
@@ -38,7 +38,10 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
      piecewise certificate of the best weights (y = 1{q > p_omega}: ``rass.certificate``);
      the best bound of all rounds is kept;
   5. stop once gap <= GAP_TOL * min(1, A, 1 - A), or gap <= GAP_TOL (absolute) from round
-     ABSOLUTE_AFTER on or where 1 - A <= GAP_TOL, or when the partition would not change.
+     ABSOLUTE_AFTER on or where 1 - A <= GAP_TOL, or when the partition would not change, or
+     stalled (a refined round that does not halve the gap while the LP's box cannot grow, or
+     three such rounds in a row), or after ``max_rounds`` (the anytime form). The bounds are
+     kept across rounds (A* <= A + local gap folded in), so the gap never grows with the rounds.
 The discretised objective overestimates A(omega) only on the cells holding a crossing of
 omega (by ~ q |F'| w^2 / 8 for width w): refining around the crossings makes the LP's optimum
 approach A*, and its weights find the optimal face, which the Newton polish then solves.
@@ -56,6 +59,9 @@ the cell's largest mass, so fine cells are not lost to HiGHS's small-coefficient
 omega_r >= 0 (eps_r >= -1/K) is a box of size 1/(K s) on e = eps / s, huge at tiny delta, where
 HiGHS fails in it; the box starts at its delta = 1e-3 size and grows 10-fold while binding (it
 does bind: at K = 64, delta = 1e-6 the optimum has ranks at omega_r = 0, eps_r / delta ~ -1.6e4).
+The growth runs on the first (small, ~0.01 s per LP) partition, and each larger box re-solves the
+same HiGHS instance from its last basis; the refined partitions start in the box found there (one
+LP per refined round instead of one per box). e has no upper bound (implied by sum e = 0).
 A box or a clipped coefficient only restricts the LP: its y is still valid, its weights feasible.
 
 Edge cases: delta = 0 (uniform, A = 1) and K = 1 (RMC) in closed form; delta > DELTA_UNDERFLOW:
@@ -63,9 +69,13 @@ A < 1e-340, the top rank (A = 0 returned). Below delta = 1e-150 the LP's data ar
 delta -> 0 limits (D_j / delta -> int_j z phi). Where 1 - A <= GAP_TOL the bound 1 - A itself
 certifies the absolute gap (tiny delta).
 
-Measured (this machine, see the task report): gap <= 1e-12 on most of K in 17..128 x delta in
-[1e-12, 40]; up to ~1e-10 on a few cells of K >= 48 at delta ~ 1e-6..4 where the LP's accuracy
-and the face search limit it; solve times ~0.02 s (large delta) to a few s (K = 128, small delta).
+Measured (this 2-core machine, K in {17, 24, 32, 48, 64, 96, 128} x delta in {1e-12, 1e-6, 1e-3,
+0.1, 0.5, 1, 2, 3, 4, 6, 10, 20, 40}): gap <= 1e-12 on 76 of 91 cells, <= 4.5e-11 on all (the
+rest: K = 32 at delta 4, 6; K >= 48 at delta 1..6; K = 96, 128 at delta 1e-6, where the box
+cannot reach omega_r = 0); A >= D-GRS on every cell; median solve (calibration paused) 0.02 s
+(K = 17), 0.14 s (32), 0.43 s (64), 1.4 s (96), 2.0 s (K = 128); max 2.8 s at K = 64 (delta = 1e-3,
+6 rounds), 3.9 s at K = 128 (delta = 1e-6). Cold processes: K = 64, delta = 1e-6 solves in 1.2 s
+(round 1 alone: 0.12 s); K = 96: 1.55 s (0.28 s); K = 128: 3.9 s (0.62 s, the same gap within 10%).
 """
 
 from __future__ import annotations
@@ -78,11 +88,12 @@ import highspy
 import numpy as np
 from scipy import sparse, special
 
+from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
 from speccheck.theory.exact import DELTA_UNDERFLOW, law_from_eps
 from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
-from speccheck.theory.rass import RankWeightSolution, certificate
+from speccheck.theory.rass_certificate import RankWeightSolution, certificate
 from speccheck.theory.validate import check_delta, check_K
 
 GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 1 - A) where reachable)
@@ -93,9 +104,12 @@ POLISH_FROM_ROUND = 1
 _VERBOSE = False
 LP_BOX = 1e9
 SIMPLEX_ITERATIONS = 10
+WARM_ITERATIONS = 3  # a warm re-solve in a larger box: at most 3 (rows + columns) iterations, else cold
 MAX_BOX_GROWTH = 1e4  # the box grows to at most 1e4 times its first size (then the last one is kept)
 GROWTH_ITERATIONS = 2.5  # ... and not after an LP that took more than 2.5 (cells + K) simplex iterations
 LP_SOLVERS = ("simplex", "ipm")
+MERGE_DISTANCE = 1e-6  # an LP crossing this close to a best crossing gets no graded cells of its own
+STALL_FACTOR = 0.5  # a refined round must at least halve the gap, else the refinement stops
 ABSOLUTE_AFTER = 2  # rounds after which gap <= GAP_TOL (absolute) ends the refinement
 LP_TIME_LIMIT = 60.0  # seconds per LP: a safety valve only (deterministic iteration limits bound the work)
 MIN_ROW_MASS = 1e-12  # acceptance form: cells where q is lighter (relative to the scale) get no LP row
@@ -296,6 +310,13 @@ def _run_lp(cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.
 
 def _run_lp_with(solver: str, cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
                  row_lo: np.ndarray, row_hi: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, int] | None, object]:
+    h = _model(cost, col_lo, col_hi, A, row_lo, row_hi)
+    return _solve_model(h, solver, A.shape[0] + A.shape[1])
+
+
+def _model(cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
+           row_lo: np.ndarray, row_hi: np.ndarray) -> highspy.Highs:
+    """A HiGHS instance holding the LP min cost . x, col_lo <= x <= col_hi, row_lo <= A x <= row_hi."""
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
@@ -309,9 +330,16 @@ def _run_lp_with(solver: str, cost: np.ndarray, col_lo: np.ndarray, col_hi: np.n
     lp.a_matrix_.index_ = A.indices
     lp.a_matrix_.value_ = A.data
     h = _highs()
-    h.setOptionValue("solver", solver)
-    h.setOptionValue("simplex_iteration_limit", SIMPLEX_ITERATIONS * (A.shape[0] + A.shape[1]))
     h.passModel(lp)
+    return h
+
+
+def _solve_model(h: highspy.Highs, solver: str, size: int, iterations: float = SIMPLEX_ITERATIONS
+                 ) -> tuple[tuple[np.ndarray, np.ndarray, int] | None, object]:
+    """Run ``h`` (from its current basis, if any: a warm start after a bound change) with at most
+    ``iterations`` * ``size`` simplex iterations; (x, row duals, simplex iterations) or None."""
+    h.setOptionValue("solver", solver)
+    h.setOptionValue("simplex_iteration_limit", int(iterations * size))
     h.run()
     status = h.getModelStatus()
     if status != highspy.HighsModelStatus.kOptimal:
@@ -340,61 +368,105 @@ def _hinge_rows(P: np.ndarray, hinge_coef: np.ndarray, sign: float) -> sparse.cs
     return sparse.vstack([top, bottom], format="csc")
 
 
-def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None = None, grow: bool = True
-                      ) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
-    """:func:`lp_rejection_form_boxed` in a growing box: omega_r >= 0 is eps_r >= -1/K, i.e.
+def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None = None, grow: bool = True,
+                      iteration_cap: bool = True) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
+    """:class:`RejectionLP` in a growing box: omega_r >= 0 is eps_r >= -1/K, i.e.
     e_r >= -1/(K s), huge at tiny delta, where HiGHS fails with that box; so the box starts at
     its delta = 1e-3 size and grows 10-fold while the solution touches it (binding even at
     delta = 1e-6 for K = 64: the optimum's eps / delta reach ~1e4 there). A box only restricts
-    the LP: its dual y is still valid, its weights still feasible. ``box``: where to start (the
-    box of an earlier partition); ``grow`` False: that box only. Returns (eps, y, box, stuck) of
-    the last solution (stuck: HiGHS failed in the next larger box), or None."""
+    the LP: its dual y is still valid, its weights still feasible. Each larger box re-solves the
+    same HiGHS instance from the last basis (a bound change: dual simplex warm start). ``box``:
+    where to start (the box of an earlier partition); ``grow`` False: that box only;
+    ``iteration_cap`` False: grow whatever HiGHS's iteration count (the small first partition). Returns
+    (eps, y, box, stuck) of the last solution (stuck: HiGHS failed in the next larger box), or None."""
     s = masses.scale
     full = 1.0 / (K * s)
-    box = min(full, 1.0 / (K * max(s, 1e-3))) if box is None else min(box, full)
     start = min(full, 1.0 / (K * max(s, 1e-3)))
+    box = start if box is None else min(box, full)
+    lp = RejectionLP(masses, K, rho)
     best = None
     while True:
-        out = lp_rejection_form_boxed(masses, K, rho, box)
+        # a larger box: warm only (where the warm re-solve fails, a cold one fails too, slowly)
+        out = lp.solve(box, cold=best is None)
         if out is None:  # HiGHS gave up in this box: the caller starts below it next time
             return None if best is None else (best[0], best[1], best[2], True)
         best = (out[0], out[1], box, False)
         if not grow or box >= min(full, LP_BOX) or float(np.min(out[0])) / s > -box * (1.0 - 1e-6):
             return best
-        # no larger box once HiGHS needed many iterations in this one (a larger one fails slowly)
-        if box >= MAX_BOX_GROWTH * start or out[2] > GROWTH_ITERATIONS * (masses.Q.size + K):
+        if box >= MAX_BOX_GROWTH * start:
             return (best[0], best[1], best[2], True)
-        box = min(10.0 * box, full, LP_BOX)
+        # no larger box on this partition once HiGHS needed many iterations in this one (a
+        # larger one fails slowly); the next partition starts from this box
+        if iteration_cap and out[2] > GROWTH_ITERATIONS * (masses.Q.size + K):
+            return best
+        box = min(10.0 * box, LP_BOX)
+        if box >= full * (1.0 - 1e-9):  # the last step goes to the full box exactly
+            box = full
 
 
-def lp_rejection_form_boxed(masses: CellMasses, K: int, rho: float, box: float
-                            ) -> tuple[np.ndarray, np.ndarray, int] | None:
+class RejectionLP:
     """min sum_j (D_j - sum_r eps_r P_rj)_+ over sum eps = 0, eps_r >= -1/K: eps in units of
     s = min(1, delta) (e = eps / s), the hinges t_j >= D_j - sum_r eps_r P_rj, t_j >= 0 (on the
     hinge cells) in units of ``rho`` (about 1 - A*), rows scaled by the cell's largest mass (at
     least ROW_SCALE_FLOOR); the linear cells' terms folded into the cost of e, the constant
     cells 0. So the objective is ~1 and HiGHS's absolute tolerances are relative to 1 - A*.
-    e = eps / s in [-box, (K - 1) box]. Returns (eps, y, simplex iterations)."""
-    s = masses.scale
-    kinds = CellKinds(masses)
-    hinge = np.nonzero(kinds.hinge)[0]
-    m = np.maximum(np.maximum(np.maximum(masses.Q, masses.phi), masses.P.max(axis=1))[hinge], ROW_SCALE_FLOOR)
-    A = _hinge_rows((s / rho) * masses.P[hinge] / m[:, None], 1.0 / m, 1.0)
-    n_rows = hinge.size
-    e_lo = np.full(K, -box)
-    e_hi = np.full(K, min((K - 1) / (K * s), (K - 1) * box))
-    cost = np.concatenate([-(s / rho) * masses.P[kinds.linear].sum(axis=0), np.ones(n_rows)])
-    col_lo = np.concatenate([e_lo, np.zeros(n_rows)])
-    col_hi = np.concatenate([e_hi, np.full(n_rows, np.inf)])
-    row_lo = np.concatenate([(s / rho) * masses.D_scaled[hinge] / m, [0.0]])
-    row_hi = np.concatenate([np.full(n_rows, np.inf), [0.0]])
-    out = _run_lp(cost, col_lo, col_hi, A, row_lo, row_hi)
-    if out is None:
-        return None
-    x, dual, iterations = out
-    y = kinds.linear.astype(np.float64)
-    y[hinge] = np.abs(dual[:n_rows]) / m
-    return x[:K] * s, y, iterations
+    :meth:`solve` (box): e = eps / s >= -box (so <= (K - 1) box); the model is kept between calls,
+    so a larger box starts from the last optimal basis."""
+
+    def __init__(self, masses: CellMasses, K: int, rho: float):
+        s = masses.scale
+        kinds = CellKinds(masses)
+        self.hinge = np.nonzero(kinds.hinge)[0]
+        self.linear = kinds.linear
+        self.K, self.scale = K, s
+        self.m = np.maximum(np.maximum(np.maximum(masses.Q, masses.phi), masses.P.max(axis=1))[self.hinge],
+                            ROW_SCALE_FLOOR)
+        self.A = _hinge_rows((s / rho) * masses.P[self.hinge] / self.m[:, None], 1.0 / self.m, 1.0)
+        n_rows = self.hinge.size
+        self.cost = np.concatenate([-(s / rho) * masses.P[kinds.linear].sum(axis=0), np.ones(n_rows)])
+        self.row_lo = np.concatenate([(s / rho) * masses.D_scaled[self.hinge] / self.m, [0.0]])
+        self.row_hi = np.concatenate([np.full(n_rows, np.inf), [0.0]])
+        self._warm = None  # the HiGHS instance of the last optimal solve
+
+    def _bounds(self, box: float) -> tuple[np.ndarray, np.ndarray]:
+        # e_r <= (K - 1) box follows from sum e = 0 and e >= -box: no upper bound (an explicit
+        # one, ~1e6 at tiny delta, only spoils HiGHS's scaling)
+        K, n_rows = self.K, self.hinge.size
+        col_lo = np.concatenate([np.full(K, -box), np.zeros(n_rows)])
+        col_hi = np.full(K + n_rows, np.inf)
+        return col_lo, col_hi
+
+    def solve(self, box: float, cold: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """(eps, y, simplex iterations) in the box, or None: warm (dual simplex from the last
+        basis) if there is one, else (or if that fails and ``cold``) cold as :func:`_run_lp`
+        (simplex, then interior point)."""
+        col_lo, col_hi = self._bounds(box)
+        out = None
+        if self._warm is not None:
+            K = self.K
+            self._warm.changeColsBounds(K, np.arange(K, dtype=np.int32), col_lo[:K], col_hi[:K])
+            self._warm.setOptionValue("presolve", "off")
+            out, _ = _solve_model(self._warm, "simplex", self.A.shape[0] + self.A.shape[1], WARM_ITERATIONS)
+        if out is None and (cold or self._warm is None):
+            self._warm = None
+            for solver in LP_SOLVERS:
+                h = _model(self.cost, col_lo, col_hi, self.A, self.row_lo, self.row_hi)
+                out, _ = _solve_model(h, solver, self.A.shape[0] + self.A.shape[1])
+                if out is not None:
+                    self._warm = h
+                    break
+        if out is None:
+            return None
+        x, dual, iterations = out
+        y = self.linear.astype(np.float64)
+        y[self.hinge] = np.abs(dual[:self.hinge.size]) / self.m
+        return x[:self.K] * self.scale, y, iterations
+
+
+def lp_rejection_form_boxed(masses: CellMasses, K: int, rho: float, box: float
+                            ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """:class:`RejectionLP` solved cold in one box: (eps, y, simplex iterations) or None."""
+    return RejectionLP(masses, K, rho).solve(box)
 
 
 def lp_acceptance_form(masses: CellMasses, K: int, scale: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -515,7 +587,7 @@ def _same(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> bool:
     return bool(new.rejection[0] == old.rejection[0] and new.acceptance[0] == old.acceptance[0])
 
 
-def _solve(d: float, K: int) -> RankWeightSolution:
+def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution:
     dgrs = float(acceptance_dgrs(d, K))
     dgrs_rejection = float(dgrs_levels(d, K).G[-1])
     rejection_form = dgrs >= 0.5
@@ -524,12 +596,14 @@ def _solve(d: float, K: int) -> RankWeightSolution:
     box, stuck = None, False
     best, best_local = None, np.inf  # (law, exact result) with the largest A, and its local gap
     best_lower, best_upper = 0.0, 1.0
-    rounds = 0
-    for rounds in range(1, MAX_ROUNDS + 1):
+    rounds, last_gap, stalls = 0, np.inf, 0
+    for rounds in range(1, max_rounds + 1):
         masses = CellMasses(d, K, edges)
         if rejection_form:
-            # the first round keeps the first box (enough where 1 - A <= GAP_TOL: tiny delta)
-            out = lp_rejection_form(masses, K, rho, box, grow=rounds > 1 and not stuck)
+            # the first (small) partition finds the box the optimum needs; the later ones start
+            # there (where D-GRS's 1 - A <= GAP_TOL, the first box is enough: 1 - A certifies)
+            grow = not stuck and (rounds > 1 or dgrs_rejection > GAP_TOL)
+            out = lp_rejection_form(masses, K, rho, box, grow=grow, iteration_cap=rounds > 1)
             eps = None if out is None else out[0]
             box = None if out is None else out[2]
             stuck = stuck or (out is not None and out[3])
@@ -542,6 +616,11 @@ def _solve(d: float, K: int) -> RankWeightSolution:
         for candidate in candidates:
             if best is None or _better(candidate[1], best[1]):
                 best, best_local = candidate, local_gap(*candidate)
+                # A* <= A + local and 1 - A* >= (1 - A) - local: kept as bounds, so the gap
+                # never grows from one round to the next (the anytime form relies on it)
+                cand_acc, cand_rej = float(best[1].acceptance[0]), float(best[1].rejection[0])
+                best_upper = min(best_upper, (cand_acc + best_local) * (1.0 + 2.0 * _EPS))
+                best_lower = max(best_lower, (cand_rej - best_local) * (1.0 - 2.0 * _EPS))
         support = (1.0 / K + eps) > 1e-15
         duals = [out[1], refine_dual(masses, out[1], support)]
         if not rejection_form:
@@ -556,17 +635,19 @@ def _solve(d: float, K: int) -> RankWeightSolution:
         if _VERBOSE:
             print(rounds, edges.size, gap, best_upper - acc, rej - best_lower, best_local, acc, rej)
         # refine around the best weights' crossings and the LP weights' (where the LP found more)
-        centres = [best[1].crossings[0]] + [c[1].crossings[0] for c in candidates[:1]]
-        new_edges = refined_edges(base, np.concatenate(centres))
-        if stuck:  # HiGHS failed in a larger box: its LPs on finer partitions fail too (slowly)
-            break
+        new_edges = refined_edges(base, _centres(best[1].crossings[0], [c[1].crossings[0] for c in candidates[:1]]))
+        # stuck (HiGHS failed in a larger box): the later partitions keep the last box that worked
         # done: certified relative to min(1, A, 1 - A); or to GAP_TOL absolute once a round on a
         # refined partition is done (relative precision is then beyond the rounding floor or the
-        # LP's accuracy) or where 1 - A <= GAP_TOL itself (tiny delta); or nothing new to refine
+        # LP's accuracy) or where 1 - A <= GAP_TOL itself (tiny delta); or nothing new to refine;
+        # or stalled: a refined round that did not halve the gap in a box that cannot grow, or three
+        # such rounds in a row (the LP's box or accuracy limits it: a further round costs as much
+        # as the last and gains as little)
+        stalls = stalls + 1 if rounds >= 2 and gap > STALL_FACTOR * last_gap else 0
         if (gap <= _target(acc, rej) or (gap <= GAP_TOL and (rounds >= ABSOLUTE_AFTER or rej <= GAP_TOL))
-                or np.array_equal(new_edges, edges)):
+                or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and stuck)):
             break
-        edges = new_edges
+        edges, last_gap = new_edges, gap
     if best is None:  # HiGHS failed on the first partition: Newton from uniform and from the top rank
         top = np.full(K, -1.0 / K)
         top[-1] = 1.0 - 1.0 / K
@@ -580,6 +661,18 @@ def _solve(d: float, K: int) -> RankWeightSolution:
     roots = res.crossings[0]
     return RankWeightSolution(law.omega.copy(), acc, rej, gap, acc + gap, law.eps.copy(),
                               roots[np.isfinite(roots)], rounds)
+
+
+def _centres(best: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
+    """The best weights' crossings, plus those of ``others`` farther than MERGE_DISTANCE from
+    all of them (a nearby one already sits in the graded cells of the best's: refining it too
+    would double the LP for little)."""
+    best = best[np.isfinite(best)]
+    extra = np.concatenate(others) if others else np.empty(0)
+    extra = extra[np.isfinite(extra)]
+    if best.size and extra.size:
+        extra = extra[np.min(np.abs(extra[:, None] - best[None, :]), axis=1) > MERGE_DISTANCE]
+    return np.concatenate([best, extra])
 
 
 def _candidates(d: float, K: int, eps: np.ndarray, polish: bool, best) -> list:
@@ -605,16 +698,26 @@ def _better(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _solution(d: float, K: int) -> RankWeightSolution:
-    return _closed_form(d, K) or _solve(d, K)
+def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution:
+    return _closed_form(d, K) or _solve(d, K, max_rounds)
 
 
-def certified_rank_weights(delta: float, K: int) -> RankWeightSolution:
+def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
     """Optimal RASS weights at one delta (finite >= 0; K in 1..128) with a certificate from LP
     duality on a refined partition: ``upper_bound = acceptance + gap`` bounds the optimum A*
     (gap <= 1e-12 absolute, and <= 1e-12 * min(1, A, 1 - A) where rounding allows), acceptance
-    and rejection exact at the returned weights. A pure function of (delta, K)."""
+    and rejection exact at the returned weights. A pure function of (delta, K, max_rounds).
+
+    ``max_rounds`` (anytime form, e.g. for an interactive command): stop after that many
+    partition rounds (1..MAX_ROUNDS; None: MAX_ROUNDS, the full solve) and return the best
+    weights so far with their certified gap (valid, possibly above 1e-12; ``iterations`` = the
+    rounds run). Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.15 s at K = 17..128;
+    each later (refined) round ~0.1-2 s, growing with K (one LP with ~20 cells per crossing;
+    measured: the module docstring)."""
     d = float(check_delta(delta))
     K = check_K(K)
-    sol = _solution(d, K)
+    rounds = MAX_ROUNDS if max_rounds is None else max_rounds
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or not 1 <= rounds <= MAX_ROUNDS:
+        raise InputError(f"max_rounds must be None or an integer in 1..{MAX_ROUNDS}, got {max_rounds!r}")
+    sol = _solution(d, K, int(rounds))
     return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())

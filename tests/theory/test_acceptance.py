@@ -73,3 +73,38 @@ def test_bad_delta_raises(bad):
 def test_bad_K_raises(bad):
     with pytest.raises(ValueError, match="K"):
         acceptance_dgrs(0.5, bad)
+
+
+def _dgrs_rejection_mpmath(delta: float, K: int) -> float:
+    """G_{K+1} by the D-GRS recursion in 400-digit arithmetic (tau - delta is exact there)."""
+    import mpmath as mp
+
+    with mp.workdps(400):
+        d = mp.mpf(delta)
+        lam, G = mp.mpf(1), mp.mpf(0)
+        for k in range(1, K + 1):
+            if k > 1:
+                lam += G
+            tau = mp.log(lam) / d + d / 2
+            G = (mp.ncdf(tau) - mp.ncdf(tau - d)) - (lam - 1) * (1 - mp.ncdf(tau))
+        return float(G)
+
+
+@pytest.mark.parametrize("delta", [1e-2, 1e-5, 1e-12, 1e-17, 1e-100, 1e-200, 1e-300])
+def test_dgrs_rejection_keeps_relative_precision_at_tiny_delta(delta):
+    # G_{K+1} ~ delta c_K as delta -> 0: it used to round tau - delta (1e-4 relative error at
+    # delta = 1e-12) and came out 0 below delta ~ 1e-17
+    K = 8
+    G = dgrs_levels(delta, K).G
+    assert np.all(G[1:] > 0)
+    assert G[-1] == pytest.approx(_dgrs_rejection_mpmath(delta, K), rel=1e-12)
+
+
+def test_band_mass_matches_normal_mass_on_wide_bands_and_scales_on_narrow():
+    from speccheck.theory.acceptance import NARROW_BAND, band_mass
+
+    t = np.array([-2.0, 0.3, 1.5, 4.0])
+    for width in (NARROW_BAND * 0.999, NARROW_BAND, 0.5):
+        np.testing.assert_allclose(band_mass(t, width), normal_mass(t - width, t), rtol=1e-12)
+    np.testing.assert_allclose(band_mass(t, 1e-280) / 1e-280, stats.norm.pdf(t), rtol=1e-14)
+    assert band_mass(0.3, 0.0) == 0.0
