@@ -16,6 +16,8 @@ from pathlib import Path
 import mpmath as mp
 from numpy.typing import ArrayLike
 
+from speccheck.theory.rass_certificate import RankWeightSolution
+
 DPS = 120
 GOLDEN_DELTAS = ["0", "1e-9", "1e-6", "1e-3", "0.01", "0.1", "0.5", "1", "1.5", "2", "3", "4",
                  "6", "8", "12", "20", "30", "40"]
@@ -317,7 +319,7 @@ def _seed_solution(delta: float, K: int):
     return certified_rank_weights(delta, K)
 
 
-def dual_gap(sol, acceptance: mp.mpf, rejection: mp.mpf) -> mp.mpf:
+def dual_gap(sol: RankWeightSolution, acceptance: mp.mpf, rejection: mp.mpf) -> mp.mpf:
     """A* - A at the high-precision weights, bounded by the float64 LP-duality certificate of the
     seed (``rass_dual``: A* <= A_seed + gap_seed and 1 - A* >= (1 - A_seed) - gap_seed, rigorous
     up to its stated rounding allowance), read on the side that is small."""
