@@ -52,8 +52,8 @@ from scipy import special
 from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
-from speccheck.theory.normal import log_phi, normal_mass, normal_mass_small
-from speccheck.theory.rass_certificate import Certificate, RankWeightSolution, certificate
+from speccheck.theory.normal import log_phi, normal_mass_small
+from speccheck.theory.rass_certificate import Certificate, RankWeightSolution, certificate, closed_form_solution
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -676,19 +676,6 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
                               roots[np.isfinite(roots)], it)
 
 
-def _closed_form(d: float, K: int) -> RankWeightSolution | None:
-    if d == 0.0 or K == 1:
-        omega = np.full(K, 1.0 / K)
-        if d == 0.0:
-            return RankWeightSolution(omega, 1.0, 0.0, 0.0, 1.0, np.zeros(K), np.empty(0), 0)
-        acc = float(2.0 * special.ndtr(-0.5 * d))
-        rej = float(normal_mass(-0.5 * d, 0.5 * d))
-        return RankWeightSolution(omega, acc, rej, 0.0, acc, np.zeros(K), np.array([0.5 * d]), 0)
-    if d > DELTA_UNDERFLOW:
-        omega = np.zeros(K)
-        omega[-1] = 1.0
-        return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
-    return None
 
 
 def _large_k_solution(d: float, K: int) -> RankWeightSolution:
@@ -703,7 +690,7 @@ def _large_k_solution(d: float, K: int) -> RankWeightSolution:
 
 @functools.lru_cache(maxsize=4096)
 def _solution(d: float, K: int) -> RankWeightSolution:
-    closed = _closed_form(d, K)
+    closed = closed_form_solution(d, K)
     if closed is not None:
         sol = closed
     elif K > LARGE_K:
@@ -733,7 +720,7 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
         if (d, K) in _cached_keys():
             sol = _solution(d, K)
         else:
-            sol = _closed_form(d, K) or _optimise(d, K, max_iter)
+            sol = closed_form_solution(d, K) or _optimise(d, K, max_iter)
     else:
         sol = _solution(d, K)
     return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
@@ -745,7 +732,7 @@ def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
     content); not cached."""
     d = float(check_delta(delta))
     K = check_K(K)
-    closed = _closed_form(d, K)
+    closed = closed_form_solution(d, K)
     if closed is not None:
         return closed
     return _large_k_solution(d, K) if K > LARGE_K else _optimise(d, K, MAX_ITER, use_table=False)

@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from scipy import special
 
 from speccheck.theory import exact
+from speccheck.theory.exact import DELTA_UNDERFLOW
+from speccheck.theory.normal import normal_mass
 
 
 class RankWeightSolution(NamedTuple):
@@ -97,3 +100,20 @@ def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
         return Certificate(all_residual, omega.copy(), np.zeros(omega.size), dropped)
     dropped[above[theta]] = True
     return Certificate(max(best, 0.0), model, c, dropped)
+
+
+def closed_form_solution(d: float, K: int) -> RankWeightSolution | None:
+    """The optimum where it is known in closed form: delta = 0 (uniform weights, A = 1), K = 1
+    (RMC: A = 2 Phi(-delta / 2)), delta > DELTA_UNDERFLOW (A < 1e-340: the top rank); else None."""
+    if d == 0.0 or K == 1:
+        omega = np.full(K, 1.0 / K)
+        if d == 0.0:
+            return RankWeightSolution(omega, 1.0, 0.0, 0.0, 1.0, np.zeros(K), np.empty(0), 0)
+        acc = float(2.0 * special.ndtr(-0.5 * d))
+        rej = float(normal_mass(-0.5 * d, 0.5 * d))
+        return RankWeightSolution(omega, acc, rej, 0.0, acc, np.zeros(K), np.array([0.5 * d]), 0)
+    if d > DELTA_UNDERFLOW:
+        omega = np.zeros(K)
+        omega[-1] = 1.0
+        return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
+    return None

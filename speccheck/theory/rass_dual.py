@@ -91,9 +91,9 @@ from scipy import sparse, special
 from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
-from speccheck.theory.exact import DELTA_UNDERFLOW, law_from_eps
+from speccheck.theory.exact import law_from_eps
 from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
-from speccheck.theory.rass_certificate import RankWeightSolution, certificate
+from speccheck.theory.rass_certificate import RankWeightSolution, certificate, closed_form_solution
 from speccheck.theory.validate import check_delta, check_K
 
 GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 1 - A) where reachable)
@@ -502,20 +502,6 @@ def clipped_cells(masses: CellMasses) -> np.ndarray:
 
 
 # ----------------------------------------------------------------- the solver
-def _closed_form(d: float, K: int) -> RankWeightSolution | None:
-    """delta = 0 (uniform, A = 1), K = 1 (RMC), delta > DELTA_UNDERFLOW (A < 1e-340: top rank)."""
-    if d == 0.0 or K == 1:
-        omega = np.full(K, 1.0 / K)
-        if d == 0.0:
-            return RankWeightSolution(omega, 1.0, 0.0, 0.0, 1.0, np.zeros(K), np.empty(0), 0)
-        acc = float(2.0 * special.ndtr(-0.5 * d))
-        rej = float(normal_mass(-0.5 * d, 0.5 * d))
-        return RankWeightSolution(omega, acc, rej, 0.0, acc, np.zeros(K), np.array([0.5 * d]), 0)
-    if d > DELTA_UNDERFLOW:
-        omega = np.zeros(K)
-        omega[-1] = 1.0
-        return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
-    return None
 
 
 def _target(acc: float, rej: float) -> float:
@@ -699,7 +685,7 @@ def _better(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution:
-    return _closed_form(d, K) or _solve(d, K, max_rounds)
+    return closed_form_solution(d, K) or _solve(d, K, max_rounds)
 
 
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
