@@ -676,8 +676,6 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
                               roots[np.isfinite(roots)], it)
 
 
-
-
 def _large_k_solution(d: float, K: int) -> RankWeightSolution:
     """K > LARGE_K: LP duality on graded partitions with exact cell masses
     (:func:`speccheck.theory.rass_dual.certified_rank_weights`)."""
