@@ -35,21 +35,27 @@ def test_set_bound_at_the_optimum_is_the_optimum():
     assert sol.acceptance <= bound <= sol.acceptance + 1e-12
 
 
-@pytest.mark.parametrize("delta,K", [(0.05, 4), (0.3, 8), (1.2, 8), (2.0, 5), (0.5, 16)])
-def test_dual_gap_bounds_the_suboptimality_to_second_order(delta, K):
-    sol = rank_weight_solution(delta, K)
+def _perturbed_optima(sol, delta: float, K: int, sizes: tuple[float, ...]):
+    """(size, law, exact evaluation with gradient) at the optimum moved on its face by ``size`` times
+    its smallest active weight, in a random (seeded by K) direction that keeps sum omega = 1."""
     rng = np.random.default_rng(K)
     active = sol.omega > 0
-    found = {}
-    for size in (1e-4, 1e-6):
+    for size in sizes:
         direction = np.where(active, rng.normal(size=K), 0.0)
         direction -= direction[active].mean() * active
         eps = sol.deviation + size * direction / np.abs(direction).max() * sol.omega[active].min()
         law = exact.law_from_eps(eps, ~active)
-        ev = exact.exact_acceptance(law, np.array([delta]), gradient=True)
+        yield size, law, exact.exact_acceptance(law, np.array([delta]), gradient=True)
+
+
+@pytest.mark.parametrize("delta,K", [(0.05, 4), (0.3, 8), (1.2, 8), (2.0, 5), (0.5, 16)])
+def test_dual_gap_bounds_the_suboptimality_to_second_order(delta, K):
+    sol = rank_weight_solution(delta, K)
+    found = {}
+    for size, law, ev in _perturbed_optima(sol, delta, K, (1e-4, 1e-6)):
         H = exact.hessian(law, delta, ev.crossings[0])
         g = ev.gradient[0]
-        step = rass_theory._face_newton_step(H, g, law.omega, ~active)
+        step = rass_theory._face_newton_step(H, g, law.omega, ~(sol.omega > 0))
         dual = rass_theory._dual_gap(delta, law, ev, step)
         loss = sol.acceptance - ev.acceptance[0] if sol.acceptance < 0.5 else ev.rejection[0] - sol.rejection
         assert loss <= dual + 1e-15  # a valid bound (A* >= the solution's A)
@@ -134,14 +140,7 @@ def test_polished_set_gap_bounds_the_suboptimality(delta, K):
     ev0 = exact.exact_acceptance(law0, np.array([delta]), gradient=True)
     at_opt = rass_theory._polished(delta, law0, ev0, None)
     assert 0.0 <= at_opt <= 1e-12
-    rng = np.random.default_rng(K)
-    active = sol.omega > 0
-    for size in (1e-3, 1e-6):
-        direction = np.where(active, rng.normal(size=K), 0.0)
-        direction -= direction[active].mean() * active
-        eps = sol.deviation + size * direction / np.abs(direction).max() * sol.omega[active].min()
-        law = exact.law_from_eps(eps, ~active)
-        ev = exact.exact_acceptance(law, np.array([delta]), gradient=True)
+    for size, law, ev in _perturbed_optima(sol, delta, K, (1e-3, 1e-6)):
         loss = sol.acceptance - ev.acceptance[0] if sol.acceptance < 0.5 else ev.rejection[0] - sol.rejection
         polished = rass_theory._polished(delta, law, ev, None)
         assert loss <= polished + 1e-15, (size, loss, polished)
