@@ -68,7 +68,6 @@ TABLE_STENCIL = 6  # grid points of the shipped table's interpolating polynomial
 POLISH_GAP = 1e-7  # K <= LARGE_K: the polished set bound (polished_set_gap) once the other bounds are below this
 POLISH_BAND = 1e-7  # ranks within this of the smallest set margin are equalised by the polish
 STALL_GAP, STALL_ITER = 1e-9, 25  # K <= LARGE_K: stop once a gap <= STALL_GAP has not halved in STALL_ITER
-_VERBOSE = False
 
 
 # ----------------------------------------------------------------- the selected-draft law
@@ -592,8 +591,6 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
             # crossings' rounding error is first order in the other bounds; the polish removes it
             gap = min(gap, _polished(d, law, ev, cert))
             final_gap = (it, gap)
-        if _VERBOSE:
-            print(it, fw, gap, acc, rej, int((~zero).sum()), ev.crossings[0].size)
         if small_K and gap < best_state[0]:
             best_state = (gap, law, ev)
         # stop: certified to 1e-12 relative in both A and 1 - A (so <= GAP_TOL absolute), or the

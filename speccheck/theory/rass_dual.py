@@ -101,7 +101,6 @@ MAX_ROUNDS = 8
 ROUNDING_ULPS = 64.0
 NEWTON_STEPS = 12
 POLISH_FROM_ROUND = 1
-_VERBOSE = False
 LP_BOX = 1e9
 SIMPLEX_ITERATIONS = 10
 WARM_ITERATIONS = 3  # a warm re-solve in a larger box: at most 3 (rows + columns) iterations, else cold
@@ -618,8 +617,6 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
         # the dual y = 1{q > p_omega} at the best weights (cells = the pieces between their
         # crossings): U - A is their Frank-Wolfe gap, tightened by rass.certificate
         gap = min(best_upper - acc, rej - best_lower, best_local)
-        if _VERBOSE:
-            print(rounds, edges.size, gap, best_upper - acc, rej - best_lower, best_local, acc, rej)
         # refine around the best weights' crossings and the LP weights' (where the LP found more)
         new_edges = refined_edges(base, _centres(best[1].crossings[0], [c[1].crossings[0] for c in candidates[:1]]))
         # stuck (HiGHS failed in a larger box): the later partitions keep the last box that worked
