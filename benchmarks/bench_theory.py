@@ -2,6 +2,7 @@
 
     python benchmarks/bench_theory.py [--K 8] [--n 100000] [--deltas 12] [--big-K 64] [--repeats 5]
     python benchmarks/bench_theory.py --scan 2000     (certified gap over a dense delta grid, K <= 16)
+    python benchmarks/bench_theory.py --survey        (certified gap above K = 16: 7 K x 13 deltas)
 
 1. Cold rank-weight solve (certified optimum; the solution cache and the per-delta scan-grid
    cache are emptied before every call) at K against the paper's method:
@@ -116,6 +117,32 @@ def gap_scan(n: int, Ks: tuple[int, ...] = (2, 3, 4, 8, 12, 16)) -> None:
               f"({time.perf_counter() - t0:.1f} s)")
 
 
+SURVEY_KS = (17, 24, 32, 48, 64, 96, 128)
+SURVEY_DELTAS = (1e-12, 1e-9, 1e-6, 1e-3, 0.01, 0.1, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 12.0)
+
+
+def gap_survey(Ks: tuple[int, ...] = SURVEY_KS, deltas: tuple[float, ...] = SURVEY_DELTAS) -> None:
+    """Certified gap and time of the full solve above K = 16 (rass_dual) at each (K, delta)."""
+    from speccheck.theory import rass_dual
+
+    print("certified gap of the full solve above K = 16 (target <= 1e-12 absolute); time per solve")
+    print("     K " + " ".join(f"{d:>9g}" for d in deltas))
+    above, worst = [], 0.0
+    for K in Ks:
+        row = []
+        for d in deltas:
+            rass_dual._solution.cache_clear()
+            t0 = time.perf_counter()
+            sol = rass_dual.certified_rank_weights(d, K)
+            row.append(f"{sol.gap:.1e}/{time.perf_counter() - t0:.1f}s")
+            worst = max(worst, sol.gap)
+            if sol.gap > 1e-12:
+                above.append((K, d, sol.gap))
+        print(f"  {K:4d} " + " ".join(f"{cell:>9s}" for cell in row), flush=True)
+    print(f"{len(Ks) * len(deltas) - len(above)} of {len(Ks) * len(deltas)} cells <= 1e-12; worst {worst:.2e}; above: "
+          + ", ".join(f"K = {K} delta = {d:g}: {g:.1e}" for K, d, g in above))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--K", type=int, default=8)
@@ -125,7 +152,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scan", type=int, default=0, metavar="N",
                     help="only the certified-gap scan: N deltas in [1e-12, 40] x K in {2, 3, 4, 8, 12, 16}")
+    ap.add_argument("--survey", action="store_true", help="only the certified-gap survey above K = 16")
     args = ap.parse_args()
+    if args.survey:
+        gap_survey()
+        return
     if args.scan:
         gap_scan(args.scan)
         return

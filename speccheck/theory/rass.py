@@ -52,8 +52,14 @@ from scipy import special
 from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
-from speccheck.theory.normal import log_phi, normal_mass_small
-from speccheck.theory.rass_certificate import Certificate, RankWeightSolution, certificate, closed_form_solution
+from speccheck.theory.normal import log_phi
+from speccheck.theory.rass_certificate import (
+    Certificate,
+    RankWeightSolution,
+    certificate,
+    closed_form_solution,
+    set_margins,
+)
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -428,17 +434,6 @@ def set_bound(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> float
     (Q(I) - P(S_(r) in I)) (closed-form masses; absolute precision ~1e-16). S = {q > p_omega}
     gives the Frank-Wolfe bound; sets near the optimum's give bounds second-order close to A*."""
     return float(np.min(set_margins(d, K, edges, q_above)))
-
-
-def set_margins(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> np.ndarray:
-    """h_r = Q(S) - P(S_(r) in S) for every rank r (shape (K,)), S the union of the pieces
-    [edges[i], edges[i + 1]] with q_above[i]: :func:`set_bound` is min_r h_r."""
-    lower, upper = exact.rank_tails(K, edges)  # +-inf ends: (0, 1) and (1, 0)
-    i = np.nonzero(q_above)[0]  # piece i is [edges[i], edges[i + 1]]
-    lo, hi = edges[i], edges[i + 1]
-    rank_mass = np.where((lo >= 0)[:, None], upper[i] - upper[i + 1], lower[i + 1] - lower[i])
-    q_mass = normal_mass_small(lo - d, hi - d)
-    return np.sum(q_mass[:, None] - rank_mass, axis=0)
 
 
 def polished_set_gap(d: float, law: RankLaw, rejection: float, roots: np.ndarray, q_above: np.ndarray,

@@ -11,7 +11,11 @@ from scipy import special
 
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW
-from speccheck.theory.normal import normal_mass
+from speccheck.theory.normal import log_phi, normal_mass, normal_mass_small
+
+MAXIMIN_STEPS = 8  # Newton steps of maximin_set_bound
+ACTIVE_SET_CHANGES = 8  # ranks entering or leaving the active set per step, at most
+LINE_SEARCH = 12  # step halvings of maximin_set_bound
 
 
 class RankWeightSolution(NamedTuple):
@@ -117,3 +121,119 @@ def closed_form_solution(d: float, K: int) -> RankWeightSolution | None:
         omega[-1] = 1.0
         return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
     return None
+
+
+def set_margins(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> np.ndarray:
+    """h_r = Q(S) - P(S_(r) in S) for every rank r (shape (K,)), S the union of the pieces
+    [edges[i], edges[i + 1]] with q_above[i]. Weak duality: 1 - A* >= min_r h_r for ANY set S."""
+    lower, upper = exact.rank_tails(K, edges)  # +-inf ends: (0, 1) and (1, 0)
+    i = np.nonzero(q_above)[0]  # piece i is [edges[i], edges[i + 1]]
+    lo, hi = edges[i], edges[i + 1]
+    rank_mass = np.where((lo >= 0)[:, None], upper[i] - upper[i + 1], lower[i + 1] - lower[i])
+    q_mass = normal_mass_small(lo - d, hi - d)
+    return np.sum(q_mass[:, None] - rank_mass, axis=0)
+
+
+def _margin_derivatives(d: float, K: int, c: np.ndarray, side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """J[r, j] = dh_r / dc_j = s_j (q(c_j) - p_r(c_j)) and W[r, j] = d^2 h_r / dc_j^2 =
+    s_j (q'(c_j) - p_r'(c_j)) (h_r depends on c_j only through the two pieces it separates)."""
+    low, high = exact._rank_exponents(K)  # noqa: SLF001 (same package)
+    log_u, log_v = special.log_ndtr(c)[:, None], special.log_ndtr(-c)[:, None]
+    p = np.exp(log_phi(c)[:, None] + exact._log_coef(K) + low * log_u + high * log_v)  # noqa: SLF001
+    # p_r' / p_r = -c + (r - 1) phi / Phi - (K - r) phi / (1 - Phi)
+    mills_u, mills_v = np.exp(log_phi(c)[:, None] - log_u), np.exp(log_phi(c)[:, None] - log_v)
+    dp = p * (-c[:, None] + low * mills_u - high * mills_v)
+    q = np.exp(log_phi(c - d))
+    dq = -(c - d) * q
+    return (side * (q[:, None] - p).T), (side * (dq[:, None] - dp).T)
+
+
+def _kkt_step(J: np.ndarray, W: np.ndarray, h: np.ndarray, lam: np.ndarray, active: np.ndarray
+              ) -> tuple[np.ndarray, float, np.ndarray]:
+    """The Newton step of the maximin's KKT system on the active ranks T (``active``): unknowns
+    (dc, t, dlambda_T) with h_r + J_r dc = t (r in T), sum_r (lambda_r + dlambda_r) J_rj +
+    (lambda W)_j dc_j = 0 (every boundary j), sum dlambda = 0; least squares, minimum norm.
+    Returns (dc, t, the new lambda)."""
+    T = np.nonzero(active)[0]
+    n, m = T.size, J.shape[1]
+    M = np.zeros((n + m + 1, m + 1 + n))
+    rhs = np.zeros(n + m + 1)
+    M[:n, :m], M[:n, m] = J[T], -1.0
+    rhs[:n] = -h[T]
+    M[n:n + m, :m] = np.diag(lam @ W)
+    M[n:n + m, m + 1:] = J[T].T
+    rhs[n:n + m] = -(lam @ J)
+    M[n + m, m + 1:] = 1.0
+    scale = np.maximum(np.abs(M).max(axis=0), 1e-300)
+    sol = np.linalg.lstsq(M / scale, rhs, rcond=1e-14)[0] / scale
+    new_lam = np.zeros_like(lam)
+    new_lam[T] = lam[T] + sol[m + 1:]
+    return sol[:m], float(sol[m]), new_lam
+
+
+def _active_set_step(J: np.ndarray, W: np.ndarray, h: np.ndarray, lam: np.ndarray, active: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_kkt_step` with the active set made consistent: a rank whose new multiplier is
+    negative leaves T, a rank whose linearised margin falls below the new t joins it (at most
+    2 ACTIVE_SET_CHANGES re-solves). Returns (dc, the new lambda (on the simplex), the final T)."""
+    active = active.copy()
+    dc, t, new_lam = _kkt_step(J, W, h, lam, active)
+    for _ in range(2 * ACTIVE_SET_CHANGES):
+        if np.all(np.isfinite(dc)) and np.any(new_lam < 0.0) and active.sum() > 1:
+            active[int(np.argmin(np.where(active, new_lam, np.inf)))] = False
+        else:
+            below = ~active & (h + J @ dc < t - 1e-15 * max(abs(t), 1e-300))
+            if not np.any(below):
+                break
+            active[int(np.argmin(np.where(below, h + J @ dc, np.inf)))] = True
+        dc, t, new_lam = _kkt_step(J, W, h, lam, active)
+    new_lam = np.maximum(new_lam, 0.0)
+    return dc, new_lam / new_lam.sum() if new_lam.sum() > 0 else lam, active
+
+
+def maximin_set_bound(d: float, K: int, crossings: np.ndarray, in_set: np.ndarray, omega: np.ndarray,
+                      steps: int = MAXIMIN_STEPS) -> tuple[float, np.ndarray]:
+    """max over the boundaries c of the set S of min_r h_r(c) (:func:`set_margins`), by
+    active-set Newton from (crossings, omega): the set bound 1 - A* >= min_r h_r made as tight as
+    the set's shape allows. Returns (the best min_r h_r found, its boundaries); every trial is
+    evaluated exactly, so the value is a valid lower bound on 1 - A* whatever the steps do.
+
+    At the maximin, with multipliers lambda on the simplex (the optimal weights), h_r = t on the
+    support T of lambda, h_r >= t off it, and sum_r lambda_r dh_r/dc_j = 0, i.e.
+    q(c_j) = p_lambda(c_j) at every boundary: Newton on that system (:func:`_kkt_step`, the
+    Lagrangian's curvature sum_r lambda_r d^2 h_r / dc_j^2 is diagonal: c_j only moves its two
+    pieces), with the active set T kept consistent (:func:`_active_set_step`) and the step halved
+    until the exact min_r h_r increases."""
+    c = np.asarray(crossings, np.float64)
+    side = in_set[:-1].astype(np.float64) - in_set[1:].astype(np.float64)
+    move = side != 0.0  # a boundary between two pieces on the same side does not change S
+    lam = np.array(omega, np.float64)
+
+    def margins(bounds: np.ndarray) -> np.ndarray:
+        return set_margins(d, K, np.concatenate([[-np.inf], bounds, [np.inf]]), in_set)
+
+    h = margins(c)
+    best, best_c = float(h.min()), c.copy()
+    if not np.any(move):
+        return best, best_c
+    active = lam > 0.0
+    for _ in range(steps):
+        J, W = _margin_derivatives(d, K, c[move], side[move])
+        dc, new_lam, active = _active_set_step(J, W, h, lam, active | (h <= best))
+        edges = np.concatenate([[-np.inf], c, [np.inf]])
+        room = 0.5 * np.minimum(np.diff(edges)[:-1], np.diff(edges)[1:])[move]  # keeps the order
+        improved = False
+        for alpha in min(1.0, float(np.min(room / np.maximum(np.abs(dc), 1e-300)))) * 0.5 ** np.arange(LINE_SEARCH):
+            trial_c = c.copy()
+            trial_c[move] += alpha * dc
+            if not (np.all(np.isfinite(trial_c)) and np.all(np.diff(trial_c) > 0)):
+                continue
+            trial_h = margins(trial_c)
+            if trial_h.min() > best:
+                best, best_c, improved = float(trial_h.min()), trial_c, True
+                c, h = trial_c, trial_h
+                lam = new_lam if alpha == 1.0 else (1.0 - alpha) * lam + alpha * new_lam
+                break
+        if not improved:
+            break
+    return best, best_c

@@ -93,7 +93,7 @@ from speccheck.theory import exact
 from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
 from speccheck.theory.exact import law_from_eps
 from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
-from speccheck.theory.rass_certificate import RankWeightSolution, certificate, closed_form_solution
+from speccheck.theory.rass_certificate import RankWeightSolution, certificate, closed_form_solution, maximin_set_bound
 from speccheck.theory.validate import check_delta, check_K
 
 GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 1 - A) where reachable)
@@ -640,10 +640,39 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
                 best, best_local = candidate, local_gap(*candidate)
     law, res = best
     acc, rej = float(res.acceptance[0]), float(res.rejection[0])
+    if min(best_upper - acc, rej - best_lower, best_local, rej) > GAP_TOL:  # the set bound, moved
+        polished = polished_lower_bound(d, K, law, res)
+        best_lower = max(best_lower, polished)
+        best_upper = min(best_upper, 1.0 - polished)
     gap = max(min(best_upper - acc, rej - best_lower, best_local, rej), 0.0) + ROUNDING_ULPS * _EPS * min(acc, rej)
     roots = res.crossings[0]
     return RankWeightSolution(law.omega.copy(), acc, rej, gap, acc + gap, law.eps.copy(),
                               roots[np.isfinite(roots)], rounds)
+
+
+def polished_lower_bound(d: float, K: int, law: exact.RankLaw, res: exact.ExactAcceptance) -> float:
+    """A lower bound on 1 - A* from the set bound (``rass_certificate.maximin_set_bound``: valid
+    for any set; its boundaries moved towards the maximin by Newton) from two sets: {q > p_omega}
+    at the best weights, and the same without the pieces ``certificate`` drops. Net of the
+    rounding allowance (256 ulps, absolute); 0 when neither applies.
+
+    Why: the LP's dual y is constant on cells, so its bound is off by ~(cell width)^2 where the
+    graded cells are not centred on the optimum's crossings, and the weights' own Frank-Wolfe
+    gap is first order in their distance to the optimum; the moved set is second order."""
+    starts = []
+    if res.pieces is not None:
+        roots = res.crossings[0]
+        roots = roots[np.isfinite(roots)]
+        starts.append((roots, res.pieces.q_above))
+        dropped = certificate(res.pieces, law.omega).dropped
+        if dropped is not None and np.any(dropped):
+            starts.append((roots, res.pieces.q_above & ~dropped))
+    best = 0.0
+    for boundaries, in_set in starts:
+        if boundaries.size and in_set.size == boundaries.size + 1:
+            best = max(best, maximin_set_bound(d, K, boundaries, in_set, law.omega)[0])
+    # the masses summed into h_r total at most Q(S) + P_r(S) <= 2, each to a few ulps: 4 x 64 ulps absolute
+    return max(best - 4.0 * ROUNDING_ULPS * _EPS, 0.0)
 
 
 def _centres(best: np.ndarray, others: list[np.ndarray]) -> np.ndarray:

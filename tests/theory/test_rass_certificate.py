@@ -8,6 +8,7 @@ import pytest
 
 from speccheck.theory import acceptance_rass, exact, rank_weight_solution
 from speccheck.theory import rass as rass_theory
+from speccheck.theory.rass_certificate import maximin_set_bound
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -157,3 +158,27 @@ def test_set_margins_give_the_set_bound_and_the_rejection():
     assert rass_theory.set_bound(d, K, edges, ev.pieces.q_above) == h.min()
     assert float(sol.omega @ h) == pytest.approx(ev.rejection[0], rel=1e-12)
     np.testing.assert_allclose(h, ev.rejection[0] - (ev.gradient[0] - ev.gradient[0] @ sol.omega), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_maximin_set_bound_is_a_set_bound_and_never_worse(seed):
+    # the value is min_r h_r at the boundaries it returns (so a valid lower bound on 1 - A*, below
+    # 1 - A at every weight vector), and at least the start's
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(3, 17))
+    d = float(np.exp(rng.uniform(np.log(0.05), np.log(5.0))))
+    sol = rank_weight_solution(d, K)
+    law = exact.law_from_omega(sol.omega)
+    ev = exact.exact_acceptance(law, np.array([d]), gradient=True)
+    start = ev.crossings[0] + rng.normal(0.0, 1e-5, ev.crossings[0].size)
+    edges = np.concatenate([[-np.inf], start, [np.inf]])
+    start_value = rass_theory.set_margins(d, K, edges, ev.pieces.q_above).min()
+    value, moved = maximin_set_bound(d, K, start, ev.pieces.q_above, sol.omega)
+    moved_edges = np.concatenate([[-np.inf], moved, [np.inf]])
+    assert value == rass_theory.set_margins(d, K, moved_edges, ev.pieces.q_above).min()
+    assert value >= start_value
+    assert value <= sol.rejection + 1e-15
+    for w in np.vstack([rng.dirichlet(np.ones(K), size=20), np.eye(K)]):
+        assert 1.0 - acceptance_rass(d, K, w) >= value - 1e-15
+    # from crossings 1e-5 off the optimum's, the moved set is second-order close: within the gap
+    assert sol.rejection - value <= max(sol.gap, 1e-13)

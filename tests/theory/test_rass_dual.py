@@ -49,8 +49,8 @@ def test_certified_weights_sandwiched_between_dgrs_and_iid_bound(d, K):
     _check_sandwich(rd.certified_rank_weights(d, K), d, K)
 
 
-@pytest.mark.parametrize("K,d", [(17, 1e-12), (24, 0.7), (32, 2.0), (48, 8.0), (64, 1.0), (64, 3.0), (96, 12.0),
-                                 (128, 1e-12), (128, 40.0)])
+@pytest.mark.parametrize("K,d", [(17, 1e-12), (24, 0.7), (32, 2.0), (32, 4.0), (48, 3.0), (48, 4.0), (48, 8.0),
+                                 (64, 1.0), (64, 3.0), (96, 12.0), (128, 1e-12), (128, 40.0)])
 def test_certified_to_the_stated_gap(K, d):
     sol = rd.certified_rank_weights(d, K)
     _check_sandwich(sol, d, K)
@@ -167,3 +167,17 @@ def _check_sandwich_loose(sol, d: float, K: int) -> None:
 def test_bad_max_rounds_raises_input_error(bad):
     with pytest.raises(InputError, match="max_rounds"):
         rd.certified_rank_weights(1.0, 20, max_rounds=bad)
+
+
+@pytest.mark.parametrize("K,d", [(32, 4.0), (48, 4.0)])
+def test_maximin_set_bound_closes_what_the_lp_left(K, d):
+    # cells where the LP's dual stalled at 1e-11 (stop 20) and the weights' own Frank-Wolfe gap is
+    # 1e-11 .. 1e-4: the set {q > p_omega}, its boundaries moved to the maximin, certifies <= 1e-12
+    sol = rd.certified_rank_weights(d, K)
+    law = law_from_omega(sol.omega)
+    ev = exact_acceptance(law, np.array([d]), gradient=True)
+    grad = ev.gradient[0]
+    assert grad.max() - grad @ sol.omega > 1e-12  # the weights' own set does not certify ...
+    lower = rd.polished_lower_bound(d, K, law, ev)
+    assert -1e-13 <= sol.rejection - lower <= rd.GAP_TOL  # ... the moved one does (to rounding)
+    assert sol.gap <= rd.GAP_TOL
