@@ -13,7 +13,7 @@
    evaluations and solver iterations per solve, the largest certified gap, and the starting
    point: the interpolation in delta of the shipped table (a pure function of (delta, K)), and,
    for comparison, the starts that do not read it (uniform, top rank, canonical small-delta
-   solution; above K = 16 also the quadrature LP). K = big-K is reported.
+   solution; above K = 16 the LP-duality solver of rass_dual). K = big-K is reported.
 2. Fixed-omega RASS acceptance throughput (deltas / s; target >= 1e5 at K = 8), beside the
    closed forms (RMC, D-GRS, both bounds) at n deltas (fastest of --repeats runs).
 """
@@ -80,7 +80,7 @@ def bench_solve(K: int, deltas: np.ndarray, table: bool = True, repeats: int = 5
             "max_gap": float(max(s.gap for s in sols)),
             "evaluations": counts, "iterations": [s.iterations for s in sols],
             "start": "shipped-table interpolation" if table and rass_theory.table_start(1.0, K) is not None
-            else "uniform / top rank / canonical" + (" / quadrature LP" if K > rass_theory.LARGE_K else "")}
+            else "uniform / top rank / canonical" if K <= rass_theory.LARGE_K else "rass_dual (LP duality)"}
 
 
 def bench_throughput(n: int, K: int, repeats: int = 3) -> dict[str, float]:

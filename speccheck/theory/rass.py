@@ -9,12 +9,13 @@ Optimal weights (issue 13.2). A is concave in omega, with gradient
 g_r = dA/domega_r = P(S_(r) in {q > p_omega}) and Hessian -sum_c q(c) w_c w_c^T / |F'(c)| over the
 crossings c (``exact.hessian``). The solver is an active-set Newton method on the simplex with an
 exact line search along each direction (A is concave on the line: its slope g . step decreases),
-started from the interpolation in delta of the shipped weight table (package data; K <= 64; a
-degree-5 local polynomial for K <= 16, :func:`table_start`), or else from the best of: uniform
-weights, the top rank, and the small-delta solution whose crossings sit at the canonical points
+started from the interpolation in delta of the shipped weight table (package data; a degree-5
+local polynomial, :func:`table_start`), or else from the best of: uniform weights, the top rank,
+and the small-delta solution whose crossings sit at the canonical points
 u_j = (1 - cos(j pi / (K + 2))) / 2 (least squares in the Bernstein weights, pulled into the
-simplex); above K = 16 also the quadrature LP's weights (:func:`_starts`). Every start is a pure
-function of (delta, K).
+simplex) (:func:`_starts`). Every start is a pure function of (delta, K). This solver runs for
+K <= 16; above, the optimum sits on degenerate faces (the Hessian's rank is at most the number
+of crossings) and :mod:`speccheck.theory.rass_dual` (LP duality on refined partitions) solves it.
 
 Certificates (each bounds A* - A(omega) from above; the smallest is reported as ``gap``, and
 ``upper_bound = acceptance + gap``): the Frank-Wolfe gap max_r g_r - g . omega (for every omega'
@@ -63,17 +64,15 @@ from speccheck.theory.rass_certificate import (
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
-VALUE_TOL = 1e-12  # K <= LARGE_K: A and 1 - A optimal to this relative precision (Newton model)
+VALUE_TOL = 1e-12  # A and 1 - A optimal to this relative precision (Newton model)
 MAX_ITER = 200
-# above K = 16 the solver does not reach the gap (slow progress on degenerate faces, and a
-# certificate far looser than the suboptimality): it starts from the quadrature LP too, stops
-# after LARGE_K_MAX_ITER iterations (bounded time: ~0.1-0.5 s at K = 64; more iterations gain
-# < 1e-7 in A) and reports the gap it certified
-LARGE_K, LARGE_K_MAX_ITER = 16, 3
+# the Newton solver here runs up to K = LARGE_K; above, its degenerate faces (rank-deficient
+# Hessian) need the LP-duality solver of rass_dual
+LARGE_K = 16
 TABLE_STENCIL = 6  # grid points of the shipped table's interpolating polynomial (table_start)
-POLISH_GAP = 1e-7  # K <= LARGE_K: the polished set bound (polished_set_gap) once the other bounds are below this
+POLISH_GAP = 1e-7  # the polished set bound (polished_set_gap) once the other bounds are below this
 POLISH_BAND = 1e-7  # ranks within this of the smallest set margin are equalised by the polish
-STALL_GAP, STALL_ITER = 1e-9, 25  # K <= LARGE_K: stop once a gap <= STALL_GAP has not halved in STALL_ITER
+STALL_GAP, STALL_ITER = 1e-9, 25  # stop once a gap <= STALL_GAP has not halved in STALL_ITER
 
 
 # ----------------------------------------------------------------- the selected-draft law
@@ -343,8 +342,8 @@ def _shipped_table(K: int) -> tuple[np.ndarray, np.ndarray] | None:
 def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(eps, zero): the shipped table's weights interpolated in delta by the polynomial through
     the TABLE_STENCIL nearest grid points (three on each side of delta, fewer at the grid's
-    ends), clipped into the simplex (zero where it is <= 0) and renormalised (K > LARGE_K:
-    linearly, the large-K solver's start); or None when K is not shipped. The optimum is smooth
+    ends), clipped into the simplex (zero where it is <= 0) and renormalised; or None when K is
+    not shipped. The optimum is smooth
     in delta away from active-set changes, so the error is
     O(h^6): at K = 8 the start's A is within ~1e-13 relative of the optimum at most deltas in
     [0.05, 3] (linear interpolation: ~1e-5), often close enough that the first evaluation is
@@ -354,12 +353,6 @@ def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     grid, table = shipped
     hi = int(np.clip(np.searchsorted(grid, d, side="right"), 1, grid.size - 1))
-    if K > LARGE_K:  # linear interpolation (the large-K solver's start, unchanged)
-        lo = hi - 1
-        t = float(np.clip((d - grid[lo]) / (grid[hi] - grid[lo]), 0.0, 1.0))
-        omega = (1.0 - t) * table[lo] + t * table[hi]
-        zero = omega <= 0.0
-        return np.where(zero, -1.0 / K, omega - 1.0 / K), zero
     half = TABLE_STENCIL // 2
     nodes = np.arange(max(hi - half, 0), min(hi + half, grid.size))
     x = float(np.clip(d, grid[0], grid[-1]))
@@ -376,42 +369,17 @@ def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
     return np.where(zero, -1.0 / K, omega - 1.0 / K), zero
 
 
-def lp_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(eps, zero) from the quadrature LP (:mod:`speccheck.theory.rass_lp`, HiGHS: deterministic),
-    weights below 1e-9 set to 0; None when HiGHS reports no optimum. Used above K = LARGE_K,
-    where the Newton iterations from the other starts stall on degenerate faces."""
-    from speccheck.theory.rass_lp import rank_weights_lp
-
-    try:
-        w, _ = rank_weights_lp(d, K)
-    except (RuntimeError, ValueError):
-        return None
-    zero = ~(w > 1e-9)
-    if np.all(zero) or not np.all(np.isfinite(w)):
-        return None
-    w = np.where(zero, 0.0, w)
-    w = w / w.sum()
-    return np.where(zero, -1.0 / K, w - 1.0 / K), zero
-
-
 def _starts(d: float, K: int, use_table: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """Starting points, all pure functions of (delta, K); the best (first on ties) is used. The
-    shipped table's interpolation when there is one (near the optimum: a few Newton steps; above
-    LARGE_K with the canonical and top-rank starts beside it), else uniform, the top rank and the
-    small-delta canonical solution; above LARGE_K the canonical solution, the quadrature LP's
-    solution and the top rank (uniform is never better there; the top rank is at delta ~ 6,
-    K >= 40, where the LP start stays below D-GRS)."""
+    shipped table's interpolation when there is one (near the optimum: a few Newton steps), else
+    uniform, the top rank and the small-delta canonical solution."""
     top = np.full(K, -1.0 / K)
     top[-1] = 1.0 - 1.0 / K
     top = (top, np.arange(K) < K - 1)
     start = table_start(d, K) if use_table else None
-    if start is not None:  # above LARGE_K the table is not optimal: also the two cheap starts
-        return [start] if K <= LARGE_K else [start, (_canonical_start(d, K), np.zeros(K, bool)), top]
-    canonical = (_canonical_start(d, K), np.zeros(K, bool))
-    lp = lp_start(d, K) if K > LARGE_K else None
-    if lp is not None:
-        return [canonical, lp, top]
-    return [(np.zeros(K), np.zeros(K, bool)), top, canonical]
+    if start is not None:
+        return [start]
+    return [(np.zeros(K), np.zeros(K, bool)), top, (_canonical_start(d, K), np.zeros(K, bool))]
 
 
 def _face_newton_step(H: np.ndarray, g: np.ndarray, omega: np.ndarray, zero: np.ndarray) -> np.ndarray:
@@ -549,6 +517,7 @@ def _converged(H: np.ndarray, g: np.ndarray, omega: np.ndarray, zero: np.ndarray
 
 
 def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True) -> RankWeightSolution:
+    """Active-set Newton ascent of the exact A (K <= LARGE_K) with its certificates; see the module doc."""
     state = None
     for eps0, zero0 in _starts(d, K, use_table):
         trial = _evaluate(d, eps0, zero0)
@@ -557,7 +526,7 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
     eps, zero, law, ev = state
     best_fw, stall, it = np.inf, 0, 0
     best_gap, gap_stall = np.inf, 0
-    best_state = (np.inf, law, ev)  # K <= LARGE_K: the best-certified state (returned if the last is worse)
+    best_state = (np.inf, law, ev)  # the best-certified state (returned if the last is worse)
     gap = np.inf
     final_gap = (-1, np.inf)  # (iteration, the dual gap found there)
     for it in range(max_iter):
@@ -565,10 +534,9 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
         fw = float(g.max() - g @ law.omega)  # Frank-Wolfe gap: the KKT residual
         acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
         gap, model, effective = fw, None, g
-        small_K = K <= LARGE_K
         H = newton_step = None
-        if small_K and fw > GAP_TOL * min(1.0, acc, rej):
-            # K <= LARGE_K: the second-order set bound first; the piecewise certificate only when
+        if fw > GAP_TOL * min(1.0, acc, rej):
+            # the second-order set bound first; the piecewise certificate only when
             # that does not certify (it also gives the fallback directions)
             H = exact.hessian(law, d, ev.crossings[0])
             newton_step = _face_newton_step(H, g, law.omega, zero)
@@ -576,21 +544,21 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
                 gap = min(gap, _dual_gap(d, law, ev, newton_step))
                 final_gap = (it, gap)
         cert = None
-        if fw > GAP_TOL * min(1.0, acc) and (not small_K or gap > GAP_TOL or gap > rej):
+        if fw > GAP_TOL * min(1.0, acc) and (gap > GAP_TOL or gap > rej):
             cert = certificate(ev.pieces, law.omega)
             if cert.bound < gap:
                 gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
                 final_gap = (it, gap)
-        if small_K and GAP_TOL < gap <= POLISH_GAP:
+        if GAP_TOL < gap <= POLISH_GAP:
             # near-tangent crossings, or tiny weights whose gradient is set by rounding: the
             # crossings' rounding error is first order in the other bounds; the polish removes it
             gap = min(gap, _polished(d, law, ev, cert))
             final_gap = (it, gap)
-        if small_K and gap < best_state[0]:
+        if gap < best_state[0]:
             best_state = (gap, law, ev)
         # stop: certified to 1e-12 relative in both A and 1 - A (so <= GAP_TOL absolute), or the
         # KKT residual is below 1e-12 and at the rounding floor of the gradient (stopped shrinking),
-        # or (K <= LARGE_K) certified to GAP_TOL absolute with the Newton model's predicted gain
+        # or certified to GAP_TOL absolute with the Newton model's predicted gain
         # below VALUE_TOL relative (A and 1 - A optimal to that precision)
         if gap <= GAP_TOL * min(1.0, acc, rej):
             break
@@ -598,15 +566,15 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
         best_fw = min(best_fw, fw)
         if fw <= 1e-15 or (fw <= 1e-13 and stall >= 1) or (fw <= GAP_TOL and stall >= 2):
             break
-        # K <= LARGE_K: the certified gap has stopped shrinking at its rounding floor (ill-conditioned
+        # the certified gap has stopped shrinking at its rounding floor (ill-conditioned
         # optima, e.g. K = 16 at delta ~ 0.03: crossings with |F'| ~ 1e-6, gap ~1e-11): stop, report it
         gap_stall = gap_stall + 1 if gap > 0.5 * best_gap else 0
         best_gap = min(best_gap, gap)
-        if small_K and best_gap <= STALL_GAP and gap_stall >= STALL_ITER:
+        if best_gap <= STALL_GAP and gap_stall >= STALL_ITER:
             break
         if H is None:
             H = exact.hessian(law, d, ev.crossings[0])
-        if small_K and gap <= GAP_TOL and _converged(H, g, law.omega, zero, min(1.0, acc, rej), newton_step):
+        if gap <= GAP_TOL and _converged(H, g, law.omega, zero, min(1.0, acc, rej), newton_step):
             break
         res = None
         for direction in ("newton", "newton-effective", "model", "gradient"):
@@ -639,11 +607,6 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
                 block = int(np.argmin(ratios))
                 t_max = float(ratios[block])
             res = _line_search(d, eps, zero & ~S, step, t_max, block, ev)
-            # above LARGE_K (iterations capped, so a loss is not recovered) never a step that lowers
-            # A beyond rounding: on a face change the slope test alone can accept one (delta = 6,
-            # K = 64: 0.017595 -> 0.016593); K <= LARGE_K runs on to the certified optimum
-            if res is not None and K > LARGE_K and _gain(res[3], ev) < -1e-12 * min(1.0, acc, rej):
-                res = None
             if res is not None:
                 break
         if res is None:
@@ -654,10 +617,10 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
     g = ev.gradient[0]
     fw = float(g.max() - g @ law.omega)
     gap = min(fw, final_gap[1]) if final_gap[0] == it else fw  # the bounds found for this state
-    # the piecewise certificate tightens the reported gap (K <= LARGE_K: only when it is needed)
-    if ev.pieces and gap > GAP_TOL * min(1.0, acc, rej) and (K > LARGE_K or gap > GAP_TOL or gap > rej):
+    # the piecewise certificate tightens the reported gap (only when it is needed)
+    if ev.pieces and gap > GAP_TOL * min(1.0, acc, rej) and (gap > GAP_TOL or gap > rej):
         gap = min(gap, certificate(ev.pieces, law.omega).bound)
-    if ev.pieces and K <= LARGE_K and GAP_TOL < gap <= POLISH_GAP:
+    if ev.pieces and GAP_TOL < gap <= POLISH_GAP:
         gap = min(gap, _polished(d, law, ev, None))
     if best_state[0] < gap:  # an earlier state was certified closer (the gap is at its rounding floor)
         gap, law, ev = best_state
@@ -668,12 +631,12 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
                               roots[np.isfinite(roots)], it)
 
 
-def _large_k_solution(d: float, K: int) -> RankWeightSolution:
+def _large_k_solution(d: float, K: int, max_rounds: int | None = None) -> RankWeightSolution:
     """K > LARGE_K: LP duality on graded partitions with exact cell masses
-    (:func:`speccheck.theory.rass_dual.certified_rank_weights`)."""
+    (:func:`speccheck.theory.rass_dual.certified_rank_weights`; ``max_rounds``: its anytime form)."""
     from speccheck.theory.rass_dual import certified_rank_weights
 
-    sol = certified_rank_weights(d, K)
+    sol = certified_rank_weights(d, K, max_rounds=max_rounds)
     gap = min(sol.gap, sol.rejection)  # A* <= 1: never looser than the trivial bound (rounding of the allowance)
     return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
 
@@ -699,9 +662,10 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
     acceptance and rejection, optimality gap and the upper bound beside it. K <= 16: the Newton
     solver, gap <= 1e-12 absolute (a 2000-delta scan per K); above, the LP-duality solver of
     :mod:`speccheck.theory.rass_dual` (gap <= 1e-12 on most cells, <= 1e-10 guaranteed; the
-    reported gap is what is certified). ``max_iter`` caps the solver's
-    iterations (an anytime answer: acceptance is achieved by the returned weights, upper_bound
-    bounds the optimum); None: solve to the gap (cached per (delta, K))."""
+    reported gap is what is certified). ``max_iter`` caps the solver's iterations (an anytime
+    answer: acceptance is achieved by the returned weights, upper_bound bounds the optimum): Newton
+    iterations at K <= 16, partition rounds of rass_dual above (clipped to 1..MAX_ROUNDS there);
+    None: solve to the gap (cached per (delta, K))."""
     d = float(check_delta(delta))
     K = check_K(K)
     if max_iter is not None:
@@ -710,10 +674,18 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
         if (d, K) in _cached_keys():
             sol = _solution(d, K)
         else:
-            sol = closed_form_solution(d, K) or _optimise(d, K, max_iter)
+            sol = closed_form_solution(d, K) or _budgeted(d, K, max_iter)
     else:
         sol = _solution(d, K)
     return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
+
+
+def _budgeted(d: float, K: int, max_iter: int) -> RankWeightSolution:
+    if K <= LARGE_K:
+        return _optimise(d, K, max_iter)
+    from speccheck.theory.rass_dual import MAX_ROUNDS
+
+    return _large_k_solution(d, K, max_rounds=min(max(max_iter, 1), MAX_ROUNDS))
 
 
 def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:

@@ -271,3 +271,21 @@ def test_table_start_is_a_pure_function_of_delta_and_K():
         w = 1.0 / 8 + np.where(z1, -1.0 / 8, e1)
         assert np.all(w >= -1e-15) and abs(w.sum() - 1.0) <= 1e-12
     assert rass_theory.table_start(1.0, 100) is None  # no table beyond K = 64: the cold starts
+
+
+@pytest.mark.parametrize("delta,K,budget", [(0.71, 8, 1), (2.1, 48, 1), (2.2, 48, 3)])
+def test_iteration_budget_is_an_anytime_answer(delta, K, budget):
+    # max_iter caps Newton iterations (K <= 16) or rass_dual's partition rounds (above): the
+    # weights achieve the acceptance reported and the upper bound still bounds the full optimum
+    # (a (delta, K) already solved in full in this process answers with that solution)
+    from speccheck.theory.rass_dual import certified_rank_weights
+
+    capped = rank_weight_solution(delta, K, max_iter=budget)
+    if K > 16:
+        assert capped.gap == certified_rank_weights(delta, K, max_rounds=budget).gap
+        assert rank_weight_solution(delta, K, max_iter=0).gap == certified_rank_weights(delta, K, max_rounds=1).gap
+    full = rank_weight_solution(delta, K)
+    assert capped.acceptance == pytest.approx(acceptance_rass(delta, K, capped.omega), rel=1e-13)
+    assert capped.upper_bound >= full.acceptance - 1e-15
+    assert capped.iterations <= budget
+    assert rank_weight_solution(delta, K, max_iter=budget).gap == full.gap

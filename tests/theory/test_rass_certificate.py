@@ -87,17 +87,6 @@ def test_cold_solve_needs_one_or_two_evaluations(monkeypatch):
     assert sorted(counts)[-2] <= 3, counts  # one delta (0.754) sits at an active-set change
 
 
-def test_large_K_start_is_the_linear_interpolation():
-    # above LARGE_K the table start is unchanged (linear in delta): the large-K path keeps its behaviour
-    grid, table = rass_theory._shipped_table(32)
-    for d in (0.013, 0.7, 3.33, 12.5):
-        eps, zero = rass_theory.table_start(d, 32)
-        hi = int(np.clip(np.searchsorted(grid, d, side="right"), 1, grid.size - 1))
-        t = (d - grid[hi - 1]) / (grid[hi] - grid[hi - 1])
-        omega = (1 - t) * table[hi - 1] + t * table[hi]
-        np.testing.assert_array_equal(np.where(zero, 0.0, eps + 1 / 32), np.where(zero, 0.0, omega - 1 / 32 + 1 / 32))
-
-
 def test_solution_does_not_depend_on_the_scan_grid_cache():
     # the per-delta grid cache is a pure function of (K, delta): cleared or warm, the same answer
     d, K = 0.37, 8
