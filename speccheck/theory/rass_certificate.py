@@ -1,6 +1,7 @@
-"""The result type of the RASS rank-weight solvers and the piecewise certificate they share
-(:mod:`speccheck.theory.rass` for K <= 16, :mod:`speccheck.theory.rass_dual` above): a module of its
-own so that both import it and neither imports the other's caller."""
+"""The result type of the RASS rank-weight solvers and the certificates they share
+(:mod:`speccheck.theory.rass` for K <= 16, :mod:`speccheck.theory.rass_dual` above): the piecewise
+certificate, the set margins of weak duality and the set bound moved to its maximin. A module of
+its own so that both import it and neither imports the other's caller."""
 
 from __future__ import annotations
 
@@ -219,6 +220,8 @@ def maximin_set_bound(d: float, K: int, crossings: np.ndarray, in_set: np.ndarra
     active = lam > 0.0
     for _ in range(steps):
         J, W = _margin_derivatives(d, K, c[move], side[move])
+        if not (np.all(np.isfinite(J)) and np.all(np.isfinite(W))):  # a boundary in a tail beyond float range
+            break
         dc, new_lam, active = _active_set_step(J, W, h, lam, active | (h <= best))
         edges = np.concatenate([[-np.inf], c, [np.inf]])
         room = 0.5 * np.minimum(np.diff(edges)[:-1], np.diff(edges)[1:])[move]  # keeps the order
