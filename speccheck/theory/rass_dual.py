@@ -42,7 +42,9 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
      stalled (a refined round that does not halve the gap while the LP's box cannot grow, or
      three such rounds in a row), or after ``max_rounds`` (the anytime form). The bounds are
      kept across rounds (A* <= A + local gap folded in), so the gap never grows with the rounds;
-  6. where the gap is still above GAP_TOL: the set bound of {q > p_omega} at the best weights
+  6. where the gap is still above GAP_TOL (the full solve, acceptance form): exact line searches
+     from the best weights towards single ranks (:func:`vertex_moves`);
+  7. where the gap is still above GAP_TOL: the set bound of {q > p_omega} at the best weights
      (with and without the pieces the piecewise certificate drops), its boundaries moved to
      the maximin of min_r h_r by Newton (``rass_certificate.maximin_set_bound``,
      :func:`polished_lower_bound`): second order in the distance to the optimum's set, where
@@ -102,6 +104,7 @@ GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 
 MAX_ROUNDS = 8
 ROUNDING_ULPS = 64.0
 NEWTON_STEPS = 12
+VERTEX_ROUNDS, VERTEX_RANKS, VERTEX_SECTIONS = 4, 8, 12  # vertex_moves (full solve, acceptance form, gap > GAP_TOL)
 POLISH_FROM_ROUND = 1
 LP_BOX = 1e9
 SIMPLEX_ITERATIONS = 10
@@ -553,6 +556,65 @@ def newton_polish(d: float, K: int, eps: np.ndarray, zero: np.ndarray, steps: in
     return law, res
 
 
+def _moved_towards(d: float, law: exact.RankLaw, rank: int, t: float
+                   ) -> tuple[exact.RankLaw, exact.ExactAcceptance]:
+    omega = (1.0 - t) * law.omega
+    omega[rank] += t
+    moved = exact.law_from_omega(omega)
+    return moved, exact.exact_acceptance(moved, np.array([d]), gradient=True)
+
+
+def _vertex_line_search(d: float, law: exact.RankLaw, res: exact.ExactAcceptance, rank: int
+                        ) -> tuple[exact.RankLaw, exact.ExactAcceptance]:
+    """max over t in [0, 1] of the exact A((1 - t) omega + t e_rank) (concave in t): t = 10^-16,
+    10^-15, ... until A decreases after an increase, then VERTEX_SECTIONS ternary sections of the
+    last bracket.
+    The best point evaluated (``(law, res)`` itself if none is better)."""
+    best, previous_t, best_t = (law, res), 0.0, 0.0
+    for t in 10.0 ** np.arange(-16.0, 1.0):
+        trial = _moved_towards(d, law, rank, float(t))
+        if _better(trial[1], best[1]):
+            best, previous_t, best_t = trial, best_t, float(t)
+        elif best_t > 0.0:  # past the maximum (below it, a step too small to change A in float64)
+            break
+    else:
+        return best
+    lo, hi = previous_t, 10.0 * best_t
+    for _ in range(VERTEX_SECTIONS):
+        inner = [_moved_towards(d, law, rank, lo + (hi - lo) * f) for f in (1.0 / 3.0, 2.0 / 3.0)]
+        for trial in inner:
+            if _better(trial[1], best[1]):
+                best = trial
+        if _better(inner[0][1], inner[1][1]):
+            hi = lo + (hi - lo) * 2.0 / 3.0
+        else:
+            lo = lo + (hi - lo) / 3.0
+    return best
+
+
+def vertex_moves(d: float, law: exact.RankLaw, res: exact.ExactAcceptance, rounds: int = VERTEX_ROUNDS
+                 ) -> tuple[exact.RankLaw, exact.ExactAcceptance]:
+    """Frank-Wolfe-type moves towards single ranks: each round, an exact line search along
+    e_r - omega for the VERTEX_RANKS ranks of steepest ascent (g_r > g . omega), keeping the best.
+    Where A is small a rank of weight ~1e-11 can cover a residual piece of ~1e-11 (K = 32,
+    delta = 6: a left-tail piece q > p_omega, taken up by 3e-11 on rank 8), a gain the LP's
+    tolerances and the Newton polish's face (the entering rank's gradient is ~1 there, its
+    useful step ~1e-11) do not find."""
+    for _ in range(rounds):
+        grad = res.gradient[0]
+        slope = grad - grad @ law.omega
+        ranks = [int(r) for r in np.argsort(-slope)[:VERTEX_RANKS] if slope[r] > 0.0]
+        best = (law, res)
+        for rank in ranks:
+            trial = _vertex_line_search(d, law, res, rank)
+            if _better(trial[1], best[1]):
+                best = trial
+        if best[0] is law:
+            break
+        law, res = best
+    return law, res
+
+
 def _face_step(H: np.ndarray, g: np.ndarray, face: np.ndarray) -> np.ndarray:
     """argmax of g.x + x.H.x/2 over {sum x = 0, x = 0 off the face}: the bordered KKT system
     (scaled by max |H_rr|) in least squares, minimum norm (H has rank <= #crossings)."""
@@ -642,6 +704,11 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
                 best, best_local = candidate, local_gap(*candidate)
     law, res = best
     acc, rej = float(res.acceptance[0]), float(res.rejection[0])
+    full_solve = max_rounds == MAX_ROUNDS
+    if not rejection_form and full_solve and min(best_upper - acc, rej - best_lower, best_local) > GAP_TOL:
+        law, res = vertex_moves(d, law, res)
+        best_local = min(best_local, local_gap(law, res))
+        acc, rej = float(res.acceptance[0]), float(res.rejection[0])
     if min(best_upper - acc, rej - best_lower, best_local, rej) > GAP_TOL:  # the set bound, moved
         polished = polished_lower_bound(d, K, law, res)
         best_lower = max(best_lower, polished)
@@ -727,7 +794,8 @@ def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = Non
     ``max_rounds`` (anytime form, e.g. for an interactive command): stop after that many
     partition rounds (1..MAX_ROUNDS; None: MAX_ROUNDS, the full solve) and return the best
     weights so far with their certified gap (valid, possibly above 1e-12; ``iterations`` = the
-    rounds run). Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.15 s at K = 17..128;
+    rounds run; only the full solve adds the vertex moves, which can take seconds at K >= 96).
+    Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.15 s at K = 17..128;
     each later (refined) round ~0.1-2 s, growing with K (one LP with ~20 cells per crossing;
     measured: ``theory/rass_dual_survey.md``)."""
     d = float(check_delta(delta))
