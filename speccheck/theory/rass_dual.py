@@ -568,8 +568,7 @@ def _vertex_line_search(d: float, law: exact.RankLaw, res: exact.ExactAcceptance
                         ) -> tuple[exact.RankLaw, exact.ExactAcceptance]:
     """max over t in [0, 1] of the exact A((1 - t) omega + t e_rank) (concave in t): t = 10^-16,
     10^-15, ... until A decreases after an increase, then VERTEX_SECTIONS ternary sections of the
-    last bracket.
-    The best point evaluated (``(law, res)`` itself if none is better)."""
+    last bracket. Returns the best point evaluated (``(law, res)`` itself if none is better)."""
     best, previous_t, best_t = (law, res), 0.0, 0.0
     for t in 10.0 ** np.arange(-16.0, 1.0):
         trial = _moved_towards(d, law, rank, float(t))
