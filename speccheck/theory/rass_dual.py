@@ -27,9 +27,10 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
   1. cell masses on the partition (the first: base_edges; later: base_edges plus graded edges
      c, c +- 10^-k, k = 1..9, at the crossings c of the best weights so far and those of the
      last LP's weights farther than MERGE_DISTANCE from them);
-  2. the LP (HiGHS dual simplex, then interior point with crossover; one thread; iteration
-     limits), only the "hinge" cells as rows (cells where q is above or below every p_r add a
-     linear or constant term);
+  2. the LP, solved as its dual: K rows, one column y_j in [0, 1] per "hinge" cell (cells
+     where q is above or below every p_r add a linear or constant term), so the simplex basis
+     has K rows whatever the partition (HiGHS simplex, then interior point with crossover;
+     one thread; iteration limits); the weights are the rows' duals;
   3. primal: the LP's weights evaluated exactly (:mod:`speccheck.theory.exact`: every crossing,
      closed-form masses), and Newton-polished on their face (active-set Newton with exact
      gradient, Hessian and line search); the best exact A of all rounds is kept;
@@ -62,14 +63,17 @@ few ulp of relative error), and 64 ulp of min(A, 1 - A) for the exact evaluator'
 to ~1e-14 relative); the reported gap includes both. Two LP forms keep HiGHS's absolute
 tolerances meaningful: where D-GRS's acceptance (a lower bound on A*) is >= 1/2, the rejection
 form in deviations eps = omega - 1/K in units of s = min(1, delta) with the hinges in units of
-D-GRS's rejection; below, the acceptance form in units of D-GRS's acceptance. Rows are scaled by
-the cell's largest mass, so fine cells are not lost to HiGHS's small-coefficient threshold.
+D-GRS's rejection; below, the acceptance form in units of D-GRS's acceptance. Both are handed
+to HiGHS as their duals (min over y of the bound U(y), resp. max of L(y), with K rows), which at
+K = 64..128 on a refined partition is 2-10x faster than the primal (one row per hinge cell) and
+certifies smaller gaps (``theory/rass_dual_survey.md``).
 omega_r >= 0 (eps_r >= -1/K) is a box of size 1/(K s) on e = eps / s, huge at tiny delta, where
 HiGHS fails in it; the box starts at its delta = 1e-3 size and grows 10-fold while binding (it
 does bind: at K = 64, delta = 1e-6 the optimum has ranks at omega_r = 0, eps_r / delta ~ -1.6e4).
-The growth runs on the first (small, ~0.01 s per LP) partition, and each larger box re-solves the
-same HiGHS instance from its last basis; the refined partitions start in the box found there (one
-LP per refined round instead of one per box). e has no upper bound (implied by sum e = 0).
+The growth runs on the first (small, ~0.01-0.2 s per LP) partition; each larger box (a cost
+change in the dual) re-solves the same HiGHS instance from its last basis, else cold; the
+refined partitions start in the box found there (one LP per refined round, not one per box).
+e has no upper bound (implied by sum e = 0).
 A box or a clipped coefficient only restricts the LP: its y is still valid, its weights feasible.
 
 Edge cases: delta = 0 (uniform, A = 1) and K = 1 (RMC) in closed form; delta > DELTA_UNDERFLOW:
@@ -108,6 +112,9 @@ VERTEX_ROUNDS, VERTEX_RANKS, VERTEX_SECTIONS = 4, 8, 12  # vertex_moves (full so
 POLISH_FROM_ROUND = 1
 LP_BOX = 1e9
 SIMPLEX_ITERATIONS = 10
+COLUMN_SCALE_FLOOR = 1e-4
+COLUMN_SCALINGS = (True, False)  # the rejection form's LP, column-scaled and not (RejectionLP): both each round
+DUAL_FORM_ITERATIONS = 4  # RejectionLP (K rows): an optimum takes ~0.5-1.5 (rows + columns) iterations
 WARM_ITERATIONS = 3  # a warm re-solve in a larger box: at most 3 (rows + columns) iterations, else cold
 MAX_BOX_GROWTH = 1e4  # the box grows to at most 1e4 times its first size (then the last one is kept)
 GROWTH_ITERATIONS = 2.5  # ... and not after an LP that took more than 2.5 (cells + K) simplex iterations
@@ -117,7 +124,6 @@ STALL_FACTOR = 0.5  # a refined round must at least halve the gap, else the refi
 ABSOLUTE_AFTER = 2  # rounds after which gap <= GAP_TOL (absolute) ends the refinement
 LP_TIME_LIMIT = 60.0  # seconds per LP: a safety valve only (deterministic iteration limits bound the work)
 MIN_ROW_MASS = 1e-12  # acceptance form: cells where q is lighter (relative to the scale) get no LP row
-ROW_SCALE_FLOOR = 1e-4
 MAX_RATIO = 1e12  # acceptance form: P_rj is clipped at MAX_RATIO Q_j in the LP
 TINY_DELTA = 1e-150  # below: the LP data are the delta -> 0 limits
 REFINE_OFFSETS = 10.0 ** -np.arange(9.0, 0.0, -1.0)  # 1e-9 .. 1e-1 on both sides of each crossing
@@ -298,26 +304,6 @@ def _highs() -> highspy.Highs:
     return h
 
 
-def _run_lp(cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
-            row_lo: np.ndarray, row_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """Minimise cost . x over col_lo <= x <= col_hi, row_lo <= A x <= row_hi; (x, row duals,
-    simplex iterations) or
-    None when HiGHS reports no optimum (dual simplex with at most SIMPLEX_ITERATIONS (rows +
-    columns) iterations, then interior point with crossover, at most 100 iterations: bounded,
-    deterministic work)."""
-    for solver in LP_SOLVERS:
-        out, _ = _run_lp_with(solver, cost, col_lo, col_hi, A, row_lo, row_hi)
-        if out is not None:
-            return out
-    return None
-
-
-def _run_lp_with(solver: str, cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
-                 row_lo: np.ndarray, row_hi: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, int] | None, object]:
-    h = _model(cost, col_lo, col_hi, A, row_lo, row_hi)
-    return _solve_model(h, solver, A.shape[0] + A.shape[1])
-
-
 def _model(cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.csc_matrix,
            row_lo: np.ndarray, row_hi: np.ndarray) -> highspy.Highs:
     """A HiGHS instance holding the LP min cost . x, col_lo <= x <= col_hi, row_lo <= A x <= row_hi."""
@@ -364,22 +350,15 @@ class CellKinds:
         self.hinge = ~(self.linear | self.constant)
 
 
-def _hinge_rows(P: np.ndarray, hinge_coef: np.ndarray, sign: float) -> sparse.csc_matrix:
-    """[sign * P | diag(hinge_coef)] over the hinge cells, plus the row sum_r x_r."""
-    n_rows, K = P.shape
-    top = sparse.hstack([sparse.csr_matrix(sign * P), sparse.diags(hinge_coef, format="csr")], format="csr")
-    bottom = sparse.hstack([sparse.csr_matrix(np.ones((1, K))), sparse.csr_matrix((1, n_rows))], format="csr")
-    return sparse.vstack([top, bottom], format="csc")
-
-
 def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None = None, grow: bool = True,
-                      iteration_cap: bool = True) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
+                      iteration_cap: bool = True, column_scaled: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
     """:class:`RejectionLP` in a growing box: omega_r >= 0 is eps_r >= -1/K, i.e.
     e_r >= -1/(K s), huge at tiny delta, where HiGHS fails with that box; so the box starts at
     its delta = 1e-3 size and grows 10-fold while the solution touches it (binding even at
     delta = 1e-6 for K = 64: the optimum's eps / delta reach ~1e4 there). A box only restricts
     the LP: its dual y is still valid, its weights still feasible. Each larger box re-solves the
-    same HiGHS instance from the last basis (a bound change: dual simplex warm start). ``box``:
+    same HiGHS instance from the last basis (a cost change in the dual form), else cold. ``box``:
     where to start (the box of an earlier partition); ``grow`` False: that box only;
     ``iteration_cap`` False: grow whatever HiGHS's iteration count (the small first partition). Returns
     (eps, y, box, stuck) of the last solution (stuck: HiGHS failed in the next larger box), or None."""
@@ -387,11 +366,12 @@ def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None 
     full = 1.0 / (K * s)
     start = min(full, 1.0 / (K * max(s, 1e-3)))
     box = start if box is None else min(box, full)
-    lp = RejectionLP(masses, K, rho)
+    lp = RejectionLP(masses, K, rho, column_scaled)
     best = None
     while True:
-        # a larger box: warm only (where the warm re-solve fails, a cold one fails too, slowly)
-        out = lp.solve(box, cold=best is None)
+        # a larger box: warm, else cold (the dual form's cold solve often succeeds where the warm
+        # one stalls, and fails fast where it fails: ~0.3 s at K = 128)
+        out = lp.solve(box)
         if out is None:  # HiGHS gave up in this box: the caller starts below it next time
             return None if best is None else (best[0], best[1], best[2], True)
         best = (out[0], out[1], box, False)
@@ -409,93 +389,109 @@ def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None 
 
 
 class RejectionLP:
-    """min sum_j (D_j - sum_r eps_r P_rj)_+ over sum eps = 0, eps_r >= -1/K: eps in units of
-    s = min(1, delta) (e = eps / s), the hinges t_j >= D_j - sum_r eps_r P_rj, t_j >= 0 (on the
-    hinge cells) in units of ``rho`` (about 1 - A*), rows scaled by the cell's largest mass (at
-    least ROW_SCALE_FLOOR); the linear cells' terms folded into the cost of e, the constant
-    cells 0. So the objective is ~1 and HiGHS's absolute tolerances are relative to 1 - A*.
-    :meth:`solve` (box): e = eps / s >= -box (so <= (K - 1) box); the model is kept between calls,
-    so a larger box starts from the last optimal basis."""
+    """min sum_j (D_j - sum_r eps_r P_rj)_+ over sum eps = 0, eps_r >= -1/K, solved as its LP
+    dual (K equality rows instead of one row per hinge cell: dual simplex on a basis of K rows,
+    ~5x faster than the primal's at K = 64 on a refined partition). In units: eps = s e with
+    s = min(1, delta), objective in units of ``rho`` (about 1 - A*), a = s / rho:
 
-    def __init__(self, masses: CellMasses, K: int, rho: float):
+        primal  min_e  g.e + sum_j t_j,  t_j >= a D_j - a P_j.e, t >= 0, sum e = 0, e >= -box
+        dual    max_{u in [0, 1]^n, v, r >= 0}  a D.u - box sum_r r_r
+                s.t. a (P^T u)_r + v + r_r = g_r  (r = 1..K)
+
+    over the hinge cells j (g: the linear cells' masses, folded into the cost of e; the constant
+    cells 0). u is the dual y on the hinge cells, e the row duals (e = -HiGHS's row dual: d
+    min / d g). :meth:`solve` (box): the model is kept between calls, so a larger box (a cost
+    change on r) starts from the last optimal basis."""
+
+    solvers = ("simplex",)  # interior point rescued no cell of the survey here (it does in the acceptance form)
+
+    def __init__(self, masses: CellMasses, K: int, rho: float, column_scaled: bool = True):
         s = masses.scale
         kinds = CellKinds(masses)
         self.hinge = np.nonzero(kinds.hinge)[0]
         self.linear = kinds.linear
         self.K, self.scale = K, s
-        self.m = np.maximum(np.maximum(np.maximum(masses.Q, masses.phi), masses.P.max(axis=1))[self.hinge],
-                            ROW_SCALE_FLOOR)
-        self.A = _hinge_rows((s / rho) * masses.P[self.hinge] / self.m[:, None], 1.0 / self.m, 1.0)
-        n_rows = self.hinge.size
-        self.cost = np.concatenate([-(s / rho) * masses.P[kinds.linear].sum(axis=0), np.ones(n_rows)])
-        self.row_lo = np.concatenate([(s / rho) * masses.D_scaled[self.hinge] / self.m, [0.0]])
-        self.row_hi = np.concatenate([np.full(n_rows, np.inf), [0.0]])
+        a = s / rho
+        n = self.hinge.size
+        # column_scaled: column j holds m_j u_j (m_j: the cell's largest mass), so HiGHS's absolute
+        # tolerance on its reduced cost a (D_j - P_j . e) / m_j is relative to the cell (fine cells
+        # count); else u_j itself (HiGHS's own scaling). Neither is better on every cell (K = 64 at
+        # delta <= 1e-6: the scaled; K = 96..128 at 1e-6: the unscaled): _solve runs both
+        self.m = np.ones(n)
+        if column_scaled:
+            self.m = np.maximum(np.maximum(np.maximum(masses.Q, masses.phi), masses.P.max(axis=1))[self.hinge],
+                                COLUMN_SCALE_FLOOR)
+        self.A = sparse.hstack([sparse.csc_matrix(a * (masses.P[self.hinge] / self.m[:, None]).T),
+                                sparse.csc_matrix(np.ones((K, 1))), sparse.identity(K, format="csc")], format="csc")
+        self.gain = a * masses.D_scaled[self.hinge] / self.m
+        self.rhs = -a * masses.P[kinds.linear].sum(axis=0)
+        self.col_lo = np.concatenate([np.zeros(n), [-np.inf], np.zeros(K)])
+        self.col_hi = np.concatenate([self.m, [np.inf], np.full(K, np.inf)])
         self._warm = None  # the HiGHS instance of the last optimal solve
 
-    def _bounds(self, box: float) -> tuple[np.ndarray, np.ndarray]:
-        # e_r <= (K - 1) box follows from sum e = 0 and e >= -box: no upper bound (an explicit
-        # one, ~1e6 at tiny delta, only spoils HiGHS's scaling)
-        K, n_rows = self.K, self.hinge.size
-        col_lo = np.concatenate([np.full(K, -box), np.zeros(n_rows)])
-        col_hi = np.full(K + n_rows, np.inf)
-        return col_lo, col_hi
+    def _cost(self, box: float) -> np.ndarray:
+        return np.concatenate([-self.gain, [0.0], np.full(self.K, box)])
 
     def solve(self, box: float, cold: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """(eps, y, simplex iterations) in the box, or None: warm (dual simplex from the last
-        basis) if there is one, else (or if that fails and ``cold``) cold as :func:`_run_lp`
-        (simplex, then interior point)."""
-        col_lo, col_hi = self._bounds(box)
+        """(eps, y, simplex iterations) in the box, or None: warm (from the last optimal basis)
+        if there is one, else (or if that fails and ``cold``) cold (simplex, at most
+        DUAL_FORM_ITERATIONS (rows + columns) iterations)."""
         out = None
+        size = self.A.shape[0] + self.A.shape[1]
         if self._warm is not None:
-            K = self.K
-            self._warm.changeColsBounds(K, np.arange(K, dtype=np.int32), col_lo[:K], col_hi[:K])
+            K, n = self.K, self.hinge.size
+            self._warm.changeColsCost(K, np.arange(n + 1, n + 1 + K, dtype=np.int32), np.full(K, box))
             self._warm.setOptionValue("presolve", "off")
-            out, _ = _solve_model(self._warm, "simplex", self.A.shape[0] + self.A.shape[1], WARM_ITERATIONS)
+            out, _ = _solve_model(self._warm, "simplex", size, WARM_ITERATIONS)
         if out is None and (cold or self._warm is None):
             self._warm = None
-            for solver in LP_SOLVERS:
-                h = _model(self.cost, col_lo, col_hi, self.A, self.row_lo, self.row_hi)
-                out, _ = _solve_model(h, solver, self.A.shape[0] + self.A.shape[1])
+            for solver in self.solvers:
+                h = _model(self._cost(box), self.col_lo, self.col_hi, self.A, self.rhs, self.rhs)
+                out, _ = _solve_model(h, solver, size, DUAL_FORM_ITERATIONS)
                 if out is not None:
                     self._warm = h
                     break
         if out is None:
             return None
-        x, dual, iterations = out
+        x, row_dual, iterations = out
         y = self.linear.astype(np.float64)
-        y[self.hinge] = np.abs(dual[:self.hinge.size]) / self.m
-        return x[:self.K] * self.scale, y, iterations
-
-
-def lp_rejection_form_boxed(masses: CellMasses, K: int, rho: float, box: float
-                            ) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """:class:`RejectionLP` solved cold in one box: (eps, y, simplex iterations) or None."""
-    return RejectionLP(masses, K, rho).solve(box)
+        y[self.hinge] = np.clip(x[:self.hinge.size] / self.m, 0.0, 1.0)
+        return -row_dual * self.scale, y, iterations
 
 
 def lp_acceptance_form(masses: CellMasses, K: int, scale: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """max sum_j min(Q_j, sum_r omega_r P_rj) over W_K, in units of ``scale`` (about A*): hinge
-    a_j <= Q_j, a_j <= sum_r omega_r min(P_rj, MAX_RATIO Q_j) on the hinge cells where
-    Q_j >= MIN_ROW_MASS scale (rows scaled by their largest entry; the clipping and the dropped
-    cells only restrict the LP), the linear cells folded into the cost of omega. Returns (omega, y)."""
+    """max sum_j min(Q_j, sum_r omega_r P_rj) over W_K in units of ``scale`` (about A*), solved
+    as its LP dual (K rows, like :class:`RejectionLP`):
+
+        min_{y in [0, 1]^n, mu}  sum_j (1 - y_j) Q_j + mu   s.t.  c_r + sum_j y_j P_rj <= mu  (r = 1..K)
+
+    i.e. U(y) minimised over the hinge cells' y; c_r: the linear cells' masses of rank r. Only on
+    the hinge cells with Q_j >= MIN_ROW_MASS scale, with P_rj clipped at MAX_RATIO Q_j (the
+    clipping and the dropped cells only restrict the primal; y = 0 there). omega = the rows'
+    duals (-HiGHS's row dual: d U / d c_r), normalised. Returns (omega, y)."""
     kinds = CellKinds(masses)
     hinge = np.nonzero(kinds.hinge & (masses.Q >= MIN_ROW_MASS * scale))[0]
-    P = np.minimum(masses.P[hinge], MAX_RATIO * masses.Q[hinge][:, None])
-    m = np.maximum(masses.Q[hinge], P.max(axis=1))
-    A = _hinge_rows(P / m[:, None], scale / m, -1.0)
-    n_rows = hinge.size
-    cost = np.concatenate([-masses.P[kinds.linear].sum(axis=0) / scale, -np.ones(n_rows)])
-    col_lo = np.zeros(K + n_rows)
-    col_hi = np.concatenate([np.ones(K), masses.Q[hinge] / scale])
-    row_lo = np.concatenate([np.full(n_rows, -np.inf), [1.0]])
-    row_hi = np.concatenate([np.zeros(n_rows), [1.0]])
-    out = _run_lp(cost, col_lo, col_hi, A, row_lo, row_hi)
+    n = hinge.size
+    P = np.minimum(masses.P[hinge], MAX_RATIO * masses.Q[hinge][:, None]) / scale
+    linear = masses.P[kinds.linear].sum(axis=0) / scale
+    A = sparse.hstack([sparse.csc_matrix(P.T), sparse.csc_matrix(-np.ones((K, 1)))], format="csc")
+    cost = np.concatenate([-masses.Q[hinge] / scale, [1.0]])
+    col_lo = np.concatenate([np.zeros(n), [-np.inf]])
+    col_hi = np.concatenate([np.ones(n), [np.inf]])
+    out = None
+    for solver in LP_SOLVERS:
+        h = _model(cost, col_lo, col_hi, A, np.full(K, -np.inf), -linear)
+        out, _ = _solve_model(h, solver, A.shape[0] + A.shape[1], DUAL_FORM_ITERATIONS)
+        if out is not None:
+            break
     if out is None:
         return None
-    x, dual, _ = out
+    x, row_dual, _ = out
     y = kinds.linear.astype(np.float64)
-    y[hinge] = np.abs(dual[:n_rows]) * scale / m
-    omega = np.clip(x[:K], 0.0, None)
+    y[hinge] = np.clip(x[:n], 0.0, 1.0)
+    omega = np.clip(-row_dual, 0.0, None)
+    if not omega.sum() > 0:
+        return None
     return omega / omega.sum(), y
 
 
@@ -641,26 +637,31 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
     rejection_form = dgrs >= 0.5
     rho = max(dgrs_rejection, 1e-3 * min(1.0, d), 1e-300)  # the scale of 1 - A* (D-GRS's is above it)
     base = edges = base_edges(d, K)
-    box, stuck = None, False
+    boxes, stuck = [None] * len(COLUMN_SCALINGS), [False] * len(COLUMN_SCALINGS)
     best, best_local = None, np.inf  # (law, exact result) with the largest A, and its local gap
     best_lower, best_upper = 0.0, 1.0
     rounds, last_gap, stalls = 0, np.inf, 0
     for rounds in range(1, max_rounds + 1):
         masses = CellMasses(d, K, edges)
+        lp_outs = []  # (eps, y) of each LP solved on this partition
         if rejection_form:
             # the first (small) partition finds the box the optimum needs; the later ones start
             # there (where D-GRS's 1 - A <= GAP_TOL, the first box is enough: 1 - A certifies)
-            grow = not stuck and (rounds > 1 or dgrs_rejection > GAP_TOL)
-            out = lp_rejection_form(masses, K, rho, box, grow=grow, iteration_cap=rounds > 1)
-            eps = None if out is None else out[0]
-            box = None if out is None else out[2]
-            stuck = stuck or (out is not None and out[3])
+            for v, scaled in enumerate(COLUMN_SCALINGS):
+                grow = not stuck[v] and (rounds > 1 or dgrs_rejection > GAP_TOL)
+                out = lp_rejection_form(masses, K, rho, boxes[v], grow=grow, iteration_cap=rounds > 1,
+                                        column_scaled=scaled)
+                boxes[v] = None if out is None else out[2]
+                stuck[v] = stuck[v] or (out is not None and out[3])
+                if out is not None:
+                    lp_outs.append((out[0], out[1]))
         else:
             out = lp_acceptance_form(masses, K, max(dgrs, 1e-300))
-            eps = None if out is None else out[0] - 1.0 / K
-        if out is None:
+            if out is not None:
+                lp_outs.append((out[0] - 1.0 / K, out[1]))
+        if not lp_outs:
             break
-        candidates = _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND, best=best)
+        candidates = [c for eps, _ in lp_outs for c in _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND)]
         for candidate in candidates:
             if best is None or _better(candidate[1], best[1]):
                 best, best_local = candidate, local_gap(*candidate)
@@ -669,8 +670,11 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
                 cand_acc, cand_rej = float(best[1].acceptance[0]), float(best[1].rejection[0])
                 best_upper = min(best_upper, (cand_acc + best_local) * (1.0 + 2.0 * _EPS))
                 best_lower = max(best_lower, (cand_rej - best_local) * (1.0 - 2.0 * _EPS))
-        support = (1.0 / K + eps) > 1e-15
-        duals = [out[1], refine_dual(masses, out[1], support)]
+        if best is None:
+            break
+        duals = []
+        for eps, y in lp_outs:
+            duals += [y, refine_dual(masses, y, (1.0 / K + eps) > 1e-15)]
         if not rejection_form:
             duals += [np.where(clipped_cells(masses), 0.0, y) for y in duals]
         for y in duals:
@@ -691,7 +695,7 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
         # as the last and gains as little)
         stalls = stalls + 1 if rounds >= 2 and gap > STALL_FACTOR * last_gap else 0
         if (gap <= _target(acc, rej) or (gap <= GAP_TOL and (rounds >= ABSOLUTE_AFTER or rej <= GAP_TOL))
-                or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and stuck)):
+                or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and all(stuck))):
             break
         edges, last_gap = new_edges, gap
     if best is None:  # HiGHS failed on the first partition: Newton from uniform and from the top rank
@@ -755,7 +759,7 @@ def _centres(best: np.ndarray, others: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([best, extra])
 
 
-def _candidates(d: float, K: int, eps: np.ndarray, polish: bool, best) -> list:
+def _candidates(d: float, K: int, eps: np.ndarray, polish: bool) -> list:
     """The LP's weights evaluated exactly, and (from round POLISH_FROM_ROUND) Newton-polished on
     their face."""
     zero = (1.0 / K + eps) <= 1e-15

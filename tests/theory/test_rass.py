@@ -231,7 +231,7 @@ def test_huge_delta_is_answered_analytically():
         assert acceptance_rass(d, 128, np.full(128, 1 / 128)) == 0.0
 
 
-SHIPPED_LARGE_K_SHORTFALL = 1e-10  # K > 16 tables (rass_dual before its vertex moves) vs the certified optimum, in A
+SHIPPED_LARGE_K_SHORTFALL = 1e-10  # K > 16 tables (rass_dual of stop 21, primal LP) vs the certified optimum, in A
 
 
 def test_shipped_tables_cover_every_K_up_to_64_and_are_what_the_solver_certifies():
@@ -239,9 +239,9 @@ def test_shipped_tables_cover_every_K_up_to_64_and_are_what_the_solver_certifies
     hold a probability vector per grid point for every K in 1..64; on sampled cells the table's
     weights reach D-GRS's acceptance (the papers' claim) and, for K <= 16, the current solver's answer
     up to its certified gap (they are its output). Above K = 16 they are the certified optimum of
-    :mod:`speccheck.theory.rass_dual` as it stood before its vertex moves (stop 21; a gap <= 5e-11
-    on every cell surveyed): within SHIPPED_LARGE_K_SHORTFALL of today's certified optimum
-    (``speccheck reproduce rass-weights`` rebuilds them)."""
+    :mod:`speccheck.theory.rass_dual` as it stood before its vertex moves and its dual-form LP
+    (stop 21; a gap <= 5e-11 on every cell surveyed): within SHIPPED_LARGE_K_SHORTFALL of today's
+    certified optimum (``speccheck reproduce rass-weights`` rebuilds them)."""
     from speccheck.theory import rass as rass_theory
 
     with np.load(rass_theory.SHIPPED_WEIGHTS) as data:
