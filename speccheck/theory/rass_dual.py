@@ -789,17 +789,17 @@ def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolut
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
     """Optimal RASS weights at one delta (finite >= 0; K in 1..128) with a certificate from LP
     duality on a refined partition: ``upper_bound = acceptance + gap`` bounds the optimum A*
-    (the gap is what is certified: <= 1e-12 absolute on most cells, and <= 1e-12 * min(1, A,
-    1 - A) where rounding allows; up to ~5e-11 on the cells ``theory/rass_dual_survey.md``
-    lists), acceptance and rejection exact at the returned weights. A pure function of
-    (delta, K, max_rounds).
+    (the gap is what is certified: <= 1e-12 absolute on every cell surveyed but one, and
+    <= 1e-12 * min(1, A, 1 - A) where rounding allows; ~4e-11 on the cell
+    ``theory/rass_dual_survey.md`` lists, K = 128 at delta = 1e-6), acceptance and rejection
+    exact at the returned weights. A pure function of (delta, K, max_rounds).
 
     ``max_rounds`` (anytime form, e.g. for an interactive command): stop after that many
     partition rounds (1..MAX_ROUNDS; None: MAX_ROUNDS, the full solve) and return the best
     weights so far with their certified gap (valid, possibly above 1e-12; ``iterations`` = the
     rounds run; only the full solve adds the vertex moves, which can take seconds at K >= 96).
-    Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.15 s at K = 17..128;
-    each later (refined) round ~0.1-2 s, growing with K (one LP with ~20 cells per crossing;
+    Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.2 s at K = 17..128;
+    each later (refined) round ~0.05-1 s, growing with K (two LPs with ~20 cells per crossing;
     measured: ``theory/rass_dual_survey.md``)."""
     d = float(check_delta(delta))
     K = check_K(K)

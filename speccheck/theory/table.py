@@ -22,8 +22,9 @@ from speccheck.theory.rass_dual import certified_rank_weights
 from speccheck.theory.validate import check_delta, check_K
 
 RASS_FULL_K = 16  # the Newton solver to its certified gap up to this K; above, the LP-duality solver
-RASS_BUDGET_ROUNDS = {64: 2, 128: 1}  # K up to the key: refinement rounds of rass_dual (0.1-1.2 s at
-# K = 64, ~0.6 s at K = 128 for one round); the row reports the gap those rounds certify
+RASS_BUDGET_ROUNDS = {64: 2, 128: 1}  # K up to the key: refinement rounds of rass_dual (<= 1.0 s at
+# K <= 64 over 27 deltas in [0, 40], ~0.3-0.7 s at K = 128 for one round; benchmarks/bench_theory.py
+# times the command); the row reports the gap those rounds certify
 MCRS_CLOSED_DELTA = 12.0  # at and beyond it the MCRS policy is the top rank (no LP)
 MCRS_SKIPPED = "MCRS skipped (its LP takes seconds to minutes per cell): add --mcrs to solve it"
 
