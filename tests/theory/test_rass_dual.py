@@ -208,3 +208,30 @@ def test_vertex_moves_recover_weight_moved_off_the_optimum():
     assert np.all(moved_law.omega >= 0) and abs(moved_law.omega.sum() - 1) < 1e-15
     assert moved.acceptance[0] - ev.acceptance[0] > 0.5 * (sol.acceptance - ev.acceptance[0])
     assert moved.acceptance[0] <= sol.upper_bound
+
+
+@pytest.mark.parametrize("d,K", [(0.5, 24), (1.0, 64), (4.0, 48), (6.0, 32), (10.0, 20)])
+def test_each_lp_form_closes_its_duality_gap_on_the_partition(d, K):
+    # both LPs are handed to HiGHS as their duals (K rows): the weights are read from the row
+    # duals and y from the columns. On the partition's cells the pair must meet strong duality,
+    # sum_j min(Q_j, P_j . omega) = U(y), to HiGHS's tolerances (a sign or scale slip in reading
+    # either back breaks it by orders of magnitude); the rejection form in both column scalings
+    # (the box does not bind at these deltas), the acceptance form with y = 0 on clipped cells
+    masses = rd.CellMasses(d, K, rd.base_edges(d, K))
+    dgrs = float(acceptance_dgrs(d, K))
+    pairs = []
+    if dgrs >= 0.5:
+        rho = max(_dgrs_rejection(d, K), 1e-3 * min(1.0, d))
+        for scaled in (True, False):
+            eps, y, box, stuck = rd.lp_rejection_form(masses, K, rho, column_scaled=scaled)
+            assert box == pytest.approx(1.0 / (K * masses.scale)) and not stuck
+            pairs.append((1.0 / K + eps, [y]))
+    else:
+        omega, y = rd.lp_acceptance_form(masses, K, dgrs)
+        pairs.append((omega, [y, np.where(rd.clipped_cells(masses), 0.0, y)]))
+    for omega, ys in pairs:
+        assert np.all(omega >= -1e-12) and abs(omega.sum() - 1.0) < 1e-9
+        on_cells = float(np.minimum(masses.Q, masses.P @ omega).sum())
+        upper = min(rd.dual_bound(masses, y).upper for y in ys)
+        assert on_cells <= upper * (1 + 1e-12)  # weak duality
+        assert upper - on_cells <= 1e-10 * min(on_cells, 1.0 - on_cells)  # strong, to HiGHS's 1e-10 (relative)
