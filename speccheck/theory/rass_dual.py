@@ -29,8 +29,9 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
      last LP's weights farther than MERGE_DISTANCE from them);
   2. the LP, solved as its dual: K rows, one column y_j in [0, 1] per "hinge" cell (cells
      where q is above or below every p_r add a linear or constant term), so the simplex basis
-     has K rows whatever the partition (HiGHS simplex, then interior point with crossover;
-     one thread; iteration limits); the weights are the rows' duals;
+     has K rows whatever the partition (HiGHS simplex, the acceptance form then interior point
+     with crossover; one thread; iteration limits); the weights are the rows' duals; the
+     rejection form is solved twice, with and without column scaling (RejectionLP);
   3. primal: the LP's weights evaluated exactly (:mod:`speccheck.theory.exact`: every crossing,
      closed-form masses), and Newton-polished on their face (active-set Newton with exact
      gradient, Hessian and line search); the best exact A of all rounds is kept;
@@ -114,7 +115,7 @@ LP_BOX = 1e9
 SIMPLEX_ITERATIONS = 10
 COLUMN_SCALE_FLOOR = 1e-4
 COLUMN_SCALINGS = (True, False)  # the rejection form's LP, column-scaled and not (RejectionLP): both each round
-DUAL_FORM_ITERATIONS = 4  # RejectionLP (K rows): an optimum takes ~0.5-1.5 (rows + columns) iterations
+DUAL_FORM_ITERATIONS = 4  # both dual-form LPs (K rows): an optimum takes ~0.5-1.5 (rows + columns) iterations
 WARM_ITERATIONS = 3  # a warm re-solve in a larger box: at most 3 (rows + columns) iterations, else cold
 MAX_BOX_GROWTH = 1e4  # the box grows to at most 1e4 times its first size (then the last one is kept)
 GROWTH_ITERATIONS = 2.5  # ... and not after an LP that took more than 2.5 (cells + K) simplex iterations
