@@ -72,9 +72,11 @@ omega_r >= 0 (eps_r >= -1/K) is a box of size 1/(K s) on e = eps / s, huge at ti
 HiGHS fails in it; the box starts at its delta = 1e-3 size and grows 10-fold while binding (it
 does bind: at K = 64, delta = 1e-6 the optimum has ranks at omega_r = 0, eps_r / delta ~ -1.6e4).
 The growth runs on the first (small, ~0.01-0.2 s per LP) partition; each larger box (a cost
-change in the dual) re-solves the same HiGHS instance from its last basis, else cold; the
-refined partitions start in the box found there (one LP per refined round, not one per box).
-e has no upper bound (implied by sum e = 0).
+change in the dual) re-solves the same HiGHS instance from its last basis, else cold. The
+refined partitions solve in deviations from the best weights so far, e_r >= -omega_0r / s: omega
+>= 0 exactly and no box, the deviations small near the optimum (``lp_rejection_centred``; where
+HiGHS fails there, the box found on the first partition). e has no upper bound (implied by
+sum e = 0).
 A box or a clipped coefficient only restricts the LP: its y is still valid, its weights feasible.
 
 Edge cases: delta = 0 (uniform, A = 1) and K = 1 (RMC) in closed form; delta > DELTA_UNDERFLOW:
@@ -404,9 +406,12 @@ class RejectionLP:
     min / d g). :meth:`solve` (box): the model is kept between calls, so a larger box (a cost
     change on r) starts from the last optimal basis."""
 
-    solvers = ("simplex",)  # interior point rescued no cell of the survey here (it does in the acceptance form)
+    # simplex with HiGHS's presolve, then without (its presolve fails some centred LPs that
+    # solve without it: K = 128, delta = 1e-6); interior point rescued no cell of the survey here
+    solvers = (("simplex", "on"), ("simplex", "off"))
 
-    def __init__(self, masses: CellMasses, K: int, rho: float, column_scaled: bool = True):
+    def __init__(self, masses: CellMasses, K: int, rho: float, column_scaled: bool = True,
+                 centre: np.ndarray | None = None):
         s = masses.scale
         kinds = CellKinds(masses)
         self.hinge = np.nonzero(kinds.hinge)[0]
@@ -424,30 +429,34 @@ class RejectionLP:
                                 COLUMN_SCALE_FLOOR)
         self.A = sparse.hstack([sparse.csc_matrix(a * (masses.P[self.hinge] / self.m[:, None]).T),
                                 sparse.csc_matrix(np.ones((K, 1))), sparse.identity(K, format="csc")], format="csc")
-        self.gain = a * masses.D_scaled[self.hinge] / self.m
+        # centre eps0: e = (eps - eps0) / s, D_j - P_j . eps = (D_j - P_j . eps0) - P_j . (eps - eps0)
+        self.centre = np.zeros(K) if centre is None else centre
+        self.gain = a * (masses.D_scaled[self.hinge] - masses.P[self.hinge] @ self.centre / s) / self.m
         self.rhs = -a * masses.P[kinds.linear].sum(axis=0)
         self.col_lo = np.concatenate([np.zeros(n), [-np.inf], np.zeros(K)])
         self.col_hi = np.concatenate([self.m, [np.inf], np.full(K, np.inf)])
         self._warm = None  # the HiGHS instance of the last optimal solve
 
-    def _cost(self, box: float) -> np.ndarray:
-        return np.concatenate([-self.gain, [0.0], np.full(self.K, box)])
+    def _cost(self, box: float | np.ndarray) -> np.ndarray:
+        return np.concatenate([-self.gain, [0.0], np.broadcast_to(box, (self.K,))])
 
-    def solve(self, box: float, cold: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """(eps, y, simplex iterations) in the box, or None: warm (from the last optimal basis)
+    def solve(self, box: float | np.ndarray, cold: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """(eps, y, simplex iterations) with e >= -box (per rank if an array; omega_0 / s from a
+        centre: omega >= 0 exactly), or None: warm (from the last optimal basis)
         if there is one, else (or if that fails and ``cold``) cold (simplex, at most
         DUAL_FORM_ITERATIONS (rows + columns) iterations)."""
         out = None
         size = self.A.shape[0] + self.A.shape[1]
         if self._warm is not None:
             K, n = self.K, self.hinge.size
-            self._warm.changeColsCost(K, np.arange(n + 1, n + 1 + K, dtype=np.int32), np.full(K, box))
+            self._warm.changeColsCost(K, np.arange(n + 1, n + 1 + K, dtype=np.int32), self._cost(box)[n + 1:])
             self._warm.setOptionValue("presolve", "off")
             out, _ = _solve_model(self._warm, "simplex", size, WARM_ITERATIONS)
         if out is None and (cold or self._warm is None):
             self._warm = None
-            for solver in self.solvers:
+            for solver, presolve in self.solvers:
                 h = _model(self._cost(box), self.col_lo, self.col_hi, self.A, self.rhs, self.rhs)
+                h.setOptionValue("presolve", presolve)
                 out, _ = _solve_model(h, solver, size, DUAL_FORM_ITERATIONS)
                 if out is not None:
                     self._warm = h
@@ -457,7 +466,18 @@ class RejectionLP:
         x, row_dual, iterations = out
         y = self.linear.astype(np.float64)
         y[self.hinge] = np.clip(x[:self.hinge.size] / self.m, 0.0, 1.0)
-        return -row_dual * self.scale, y, iterations
+        return self.centre - row_dual * self.scale, y, iterations
+
+
+def lp_rejection_centred(masses: CellMasses, K: int, rho: float, centre: exact.RankLaw, column_scaled: bool
+                         ) -> tuple[np.ndarray, np.ndarray] | None:
+    """:class:`RejectionLP` in deviations from ``centre``'s weights omega_0, with e_r >= -omega_0r / s:
+    omega >= 0 exactly, no box. Near the optimum the deviations are small while the box form
+    needs e ~ 1/(K s) for the ranks that go to 0, where HiGHS fails (K = 128, delta = 1e-6: the
+    refined rounds reach omega_r = 0 on 45 ranks this way, certifying 9e-13 where the box form
+    stopped at 4e-11). (eps, y) or None."""
+    out = RejectionLP(masses, K, rho, column_scaled, centre=centre.eps).solve(centre.omega / masses.scale)
+    return None if out is None else (out[0], out[1])
 
 
 def lp_acceptance_form(masses: CellMasses, K: int, scale: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -646,14 +666,17 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
         masses = CellMasses(d, K, edges)
         lp_outs = []  # (eps, y) of each LP solved on this partition
         if rejection_form:
-            # the first (small) partition finds the box the optimum needs; the later ones start
-            # there (where D-GRS's 1 - A <= GAP_TOL, the first box is enough: 1 - A certifies)
+            # the first (small) partition finds the box the optimum needs; the later ones solve
+            # in deviations from the best weights so far (omega >= 0 exactly, no box), else start
+            # in that box (where D-GRS's 1 - A <= GAP_TOL, the first box is enough: 1 - A certifies)
             for v, scaled in enumerate(COLUMN_SCALINGS):
-                grow = not stuck[v] and (rounds > 1 or dgrs_rejection > GAP_TOL)
-                out = lp_rejection_form(masses, K, rho, boxes[v], grow=grow, iteration_cap=rounds > 1,
-                                        column_scaled=scaled)
-                boxes[v] = None if out is None else out[2]
-                stuck[v] = stuck[v] or (out is not None and out[3])
+                out = None if best is None else lp_rejection_centred(masses, K, rho, best[0], scaled)
+                if out is None:
+                    grow = not stuck[v] and (rounds > 1 or dgrs_rejection > GAP_TOL)
+                    out = lp_rejection_form(masses, K, rho, boxes[v], grow=grow, iteration_cap=rounds > 1,
+                                            column_scaled=scaled)
+                    boxes[v] = None if out is None else out[2]
+                    stuck[v] = stuck[v] or (out is not None and out[3])
                 if out is not None:
                     lp_outs.append((out[0], out[1]))
         else:
@@ -790,10 +813,9 @@ def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolut
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
     """Optimal RASS weights at one delta (finite >= 0; K in 1..128) with a certificate from LP
     duality on a refined partition: ``upper_bound = acceptance + gap`` bounds the optimum A*
-    (the gap is what is certified: <= 1e-12 absolute on every cell surveyed but one, and
-    <= 1e-12 * min(1, A, 1 - A) where rounding allows; ~4e-11 on the cell
-    ``theory/rass_dual_survey.md`` lists, K = 128 at delta = 1e-6), acceptance and rejection
-    exact at the returned weights. A pure function of (delta, K, max_rounds).
+    (the gap is what is certified: <= 1e-12 absolute on every cell of
+    ``theory/rass_dual_survey.md``, and <= 1e-12 * min(1, A, 1 - A) where rounding allows),
+    acceptance and rejection exact at the returned weights. A pure function of (delta, K, max_rounds).
 
     ``max_rounds`` (anytime form, e.g. for an interactive command): stop after that many
     partition rounds (1..MAX_ROUNDS; None: MAX_ROUNDS, the full solve) and return the best

@@ -16,8 +16,8 @@ from speccheck.theory import rass_dual as rd
 from speccheck.theory.acceptance import dgrs_levels
 from speccheck.theory.exact import exact_acceptance, law_from_omega
 
-# what is certified on every cell measured (module docstring): <= GAP_TOL absolute on most,
-# up to CERTIFIED_GAP where the LP cannot resolve the optimal face (K >= 64, delta ~ 1e-6..1e-3)
+# what is certified: <= GAP_TOL absolute on every cell of theory/rass_dual_survey.md; off that
+# grid (hypothesis's cells) the allowance CERTIFIED_GAP
 CERTIFIED_GAP = 1e-10
 
 
