@@ -114,7 +114,6 @@ NEWTON_STEPS = 12
 VERTEX_ROUNDS, VERTEX_RANKS, VERTEX_SECTIONS = 4, 8, 12  # vertex_moves (full solve, acceptance form, gap > GAP_TOL)
 POLISH_FROM_ROUND = 1
 LP_BOX = 1e9
-SIMPLEX_ITERATIONS = 10
 COLUMN_SCALE_FLOOR = 1e-4
 COLUMN_SCALINGS = (True, False)  # the rejection form's LP, column-scaled and not (RejectionLP): both each round
 DUAL_FORM_ITERATIONS = 4  # both dual-form LPs (K rows): an optimum takes ~0.5-1.5 (rows + columns) iterations
@@ -327,9 +326,9 @@ def _model(cost: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray, A: sparse.c
     return h
 
 
-def _solve_model(h: highspy.Highs, solver: str, size: int, iterations: float = SIMPLEX_ITERATIONS
+def _solve_model(h: highspy.Highs, solver: str, size: int, iterations: float
                  ) -> tuple[tuple[np.ndarray, np.ndarray, int] | None, object]:
-    """Run ``h`` (from its current basis, if any: a warm start after a bound change) with at most
+    """Run ``h`` (from its current basis, if any: a warm start after a cost change) with at most
     ``iterations`` * ``size`` simplex iterations; (x, row duals, simplex iterations) or None."""
     h.setOptionValue("solver", solver)
     h.setOptionValue("simplex_iteration_limit", int(iterations * size))
@@ -440,10 +439,10 @@ class RejectionLP:
     def _cost(self, box: float | np.ndarray) -> np.ndarray:
         return np.concatenate([-self.gain, [0.0], np.broadcast_to(box, (self.K,))])
 
-    def solve(self, box: float | np.ndarray, cold: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
+    def solve(self, box: float | np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
         """(eps, y, simplex iterations) with e >= -box (per rank if an array; omega_0 / s from a
         centre: omega >= 0 exactly), or None: warm (from the last optimal basis)
-        if there is one, else (or if that fails and ``cold``) cold (simplex, at most
+        if there is one, else (or if that fails) cold (simplex, at most
         DUAL_FORM_ITERATIONS (rows + columns) iterations)."""
         out = None
         size = self.A.shape[0] + self.A.shape[1]
@@ -452,7 +451,7 @@ class RejectionLP:
             self._warm.changeColsCost(K, np.arange(n + 1, n + 1 + K, dtype=np.int32), self._cost(box)[n + 1:])
             self._warm.setOptionValue("presolve", "off")
             out, _ = _solve_model(self._warm, "simplex", size, WARM_ITERATIONS)
-        if out is None and (cold or self._warm is None):
+        if out is None:
             self._warm = None
             for solver, presolve in self.solvers:
                 h = _model(self._cost(box), self.col_lo, self.col_hi, self.A, self.rhs, self.rhs)
