@@ -475,8 +475,12 @@ def _newton_polish(fun, lo: np.ndarray, hi: np.ndarray, f_lo: np.ndarray, iters:
             ok = np.isfinite(newton) & (newton > la) & (newton < ha)
             if len(values) > 3:  # the Newton point itself is within tol of the root
                 done |= ok & (np.abs(values[3]) * (newton - xa) ** 2 <= 2.0 * tol * np.abs(df))
-        nx = np.where(ok | done, newton, 0.5 * (la + ha))
-        nx = np.where(np.isfinite(nx), nx, xa)
+        # a Newton point outside the bracket is never taken, even for an entry that is done (a
+        # near-double root: F' ~ 0 sends it far away, onto another root or none): clipped to
+        # the bracket when within tol of it, else the bracket's midpoint (within tol of the root
+        # once the bracket is that narrow)
+        close = np.abs(newton - xa) <= tol
+        nx = np.where(ok, newton, np.where(done & close, np.clip(newton, la, ha), 0.5 * (la + ha)))
         lo[active], hi[active] = la, ha
         x[active] = np.where(np.abs(f) <= floor, xa, nx)
         active = active[~done]
@@ -682,12 +686,72 @@ def _rank_cdf_tails(law: RankLaw, x: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return rank_tails(law.K, x)
 
 
-@functools.lru_cache(maxsize=256)
-def _log_binom(K: int) -> tuple[np.ndarray, np.ndarray]:
-    j = np.arange(K + 1, dtype=np.float64)
-    out = special.gammaln(K + 1) - special.gammaln(j + 1) - special.gammaln(K - j + 1)
-    j.flags.writeable = out.flags.writeable = False
-    return j, out
+# Stirling's error log(n!) - (n + 1/2) log n + n - log(2 pi) / 2 for n = 1..15 (mpmath, 40 digits;
+# tests/theory/test_exact.py recomputes them); above 15 the series of _stirling_error
+_STIRLING_ERROR = np.array([np.nan, 0.08106146679532726, 0.0413406959554093, 0.02767792568499834,
+                            0.020790672103765093, 0.016644691189821193, 0.013876128823070748,
+                            0.01189670994589177, 0.010411265261972096, 0.009255462182712733,
+                            0.00833056343336287, 0.007573675487951841, 0.00694284010720953,
+                            0.006408994188004207, 0.0059513701127588475, 0.005554733551962801])
+_BD0_SERIES = 0.25  # |v| below: bd0 by its series in v (12 terms: v^2 < 1/16)
+
+
+def _stirling_error(n: np.ndarray) -> np.ndarray:
+    """log(n!) - (n + 1/2) log n + n - log(2 pi) / 2 for integers n >= 1 (table to 15, then
+    1/(12n) - 1/(360n^3) + 1/(1260n^5) - 1/(1680n^7) + 1/(1188n^9) - 691/(360360n^11): truncation
+    < 1/(156 n^13) < 2e-18 absolute)."""
+    n = np.asarray(n, np.float64)
+    small = n <= 15
+    big = np.where(small, 16.0, n)
+    inv2 = 1.0 / (big * big)
+    series = (1.0 / 12 - inv2 * (1.0 / 360 - inv2 * (1.0 / 1260 - inv2 * (1.0 / 1680 - inv2 * (
+        1.0 / 1188 - inv2 * 691.0 / 360360))))) / big
+    return np.where(small, _STIRLING_ERROR[np.where(small, n, 0).astype(np.intp)], series)
+
+
+def _bd0(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """x log(x / m) + m - x >= 0 (x > 0, m >= 0) without cancellation: near x = m by the series
+    (x - m) v + 2 x sum_k v^(2k+1) / (2k + 1), v = (x - m) / (x + m); elsewhere directly."""
+    x, m = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(m, np.float64))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        v = (x - m) / (x + m)
+        out = x * np.log(x / m) + m - x
+        near = np.abs(v) < _BD0_SERIES
+        if np.any(near):
+            vn, xn = v[near], x[near]
+            v2 = vn * vn
+            term = 2.0 * xn * vn
+            series = (xn - m[near]) * vn
+            for k in range(1, 13):
+                term = term * v2
+                series = series + term / (2 * k + 1)
+            out[near] = series
+    return np.where(m == 0.0, np.inf, out)
+
+
+def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
+    """P(Bin(n, p) = j) for j = 0..n, shape p.shape + (n + 1,), to a few ulp plus the
+    propagated error of p and q (= 1 - p, each given with relative precision, and their logs).
+
+    Loader's saddle-point form: for 0 < j < n, log pmf = s(n) - s(j) - s(n - j) - bd0(j, n p)
+    - bd0(n - j, n q) + log(n / (2 pi j (n - j))) / 2 (s: Stirling's error, bd0: the deviance
+    term, both computed without cancellation); q^n and p^n at the ends. The naive
+    log C(n, j) + j log p + (n - j) log q cancels terms of size ~n log 2 (~400 ulp at n = 128)."""
+    p, q = np.asarray(p, np.float64)[..., None], np.asarray(q, np.float64)[..., None]
+    j = np.arange(n + 1, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inner = j[1:n] if n >= 2 else np.empty(0)
+        log_inner = (_stirling_error(np.array([float(n)])) - _stirling_error(inner) - _stirling_error(n - inner)
+                     - _bd0(inner, n * p) - _bd0(n - inner, n * q)
+                     + 0.5 * np.log(n / (2.0 * np.pi * inner * (n - inner))))
+        ends_low = n * np.asarray(log_q, np.float64)[..., None]
+        ends_high = n * np.asarray(log_p, np.float64)[..., None]
+        if n == 0:
+            log_pmf = np.zeros(p.shape[:-1] + (1,))
+        else:
+            log_pmf = np.concatenate([ends_low, log_inner, ends_high], axis=-1)
+        pmf = np.exp(log_pmf)
+    return np.where(np.isnan(pmf), 0.0, pmf)
 
 
 def rank_tails(K: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -695,15 +759,8 @@ def rank_tails(K: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from its own tail (so both keep relative precision; x = +-inf allowed)."""
     x = np.asarray(x, np.float64)
     # S_(r) <= x  <=>  Bin(K, Phi(x)) >= r: binomial-tail sums of positive terms (both tails
-    # keep relative precision), all ranks at once from one row of K + 1 log-pmf terms
-    j, log_binom = _log_binom(K)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_pmf = log_binom + np.multiply.outer(special.log_ndtr(x), j) + np.multiply.outer(special.log_ndtr(-x), K - j)
-        pmf = np.exp(log_pmf)
-    pmf = np.where(np.isnan(pmf), 0.0, pmf)
-    # x = -inf: all mass at j = 0; x = +inf: at j = K
-    pmf[..., 0] = np.where(x == -np.inf, 1.0, pmf[..., 0])
-    pmf[..., K] = np.where(x == np.inf, 1.0, pmf[..., K])
+    # keep relative precision), all ranks at once from one row of K + 1 pmf terms
+    pmf = binomial_pmf(K, special.ndtr(x), special.ndtr(-x), special.log_ndtr(x), special.log_ndtr(-x))
     upper = np.cumsum(pmf[..., :K], axis=-1)  # P(Bin < r), r = 1..K
     lower = np.cumsum(pmf[..., :0:-1], axis=-1)[..., ::-1]  # P(Bin >= r), r = 1..K
     return np.minimum(lower, 1.0), np.minimum(upper, 1.0)

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy import special
 
 from speccheck.errors import InputError
 from speccheck.theory import acceptance_dgrs, list_bound_iid, rank_weight_solution
 from speccheck.theory import rass_dual as rd
 from speccheck.theory.acceptance import dgrs_levels
-from speccheck.theory.exact import exact_acceptance, law_from_omega
+from speccheck.theory.exact import exact_acceptance, law_from_eps, law_from_omega
 
 # what is certified: <= GAP_TOL absolute on every cell of theory/rass_dual_survey.md; off that
 # grid (hypothesis's cells) the allowance CERTIFIED_GAP
@@ -235,3 +236,46 @@ def test_each_lp_form_closes_its_duality_gap_on_the_partition(d, K):
         upper = min(rd.dual_bound(masses, y).upper for y in ys)
         assert on_cells <= upper * (1 + 1e-12)  # weak duality
         assert upper - on_cells <= 1e-10 * min(on_cells, 1.0 - on_cells)  # strong, to HiGHS's 1e-10 (relative)
+
+
+@pytest.mark.parametrize("K", [17, 64, 96, 121, 128])
+def test_markov_dual_gives_every_rank_half_the_mass(K):
+    """Markov's canonical sign function is orthogonal to polynomials of degree < n: with y on
+    alternate cells every rank's mass on {y = 1} is 1/2 (to the masses' precision, a few ulp at
+    any K <= 128), so the bound is int y (q - phi), with y = 0 on the first cell, 1 on the last."""
+    n = K if K % 2 else K + 1
+    k = np.arange(1, n + 1)
+    edges = special.ndtri(0.5 * (1.0 - np.cos(k * np.pi / (n + 1))))
+    masses = rd.CellMasses(1e-7, K, edges)
+    y = (np.arange(n + 1) % 2).astype(float)
+    assert np.max(np.abs(y @ masses.P - 0.5)) <= 128 * 2.0 ** -52
+    assert np.max(np.abs(masses.P.sum(axis=0) - 1.0)) <= 32 * 2.0 ** -52
+    bound = rd.markov_dual(1e-7, K)
+    assert bound.lower == pytest.approx(float(y @ (masses.D_scaled * masses.scale)), rel=1e-6)
+
+
+@pytest.mark.parametrize("K,d", [(17, 1e-9), (33, 1e-6), (64, 1e-8), (121, 1.25376588523771e-8), (128, 1e-3)])
+def test_markov_dual_is_a_valid_lower_bound(K, d):
+    sol = rd.certified_rank_weights(d, K)
+    assert 0.0 < rd.markov_dual(d, K).lower <= sol.rejection
+
+
+def test_markov_dual_is_tight_as_delta_goes_to_zero():
+    """At K = 17 the polynomial interpolating Phi^-1 at the canonical points (Bernstein coefficients
+    |e_r| < 1.5, computed here in mpmath) gives feasible weights 1/K + delta e for delta <= 1e-3:
+    its exact 1 - A and the Markov bound agree to O(delta), so both are the optimum there."""
+    import mpmath as mp
+
+    K = 17
+    with mp.workdps(60):
+        nodes = [(1 - mp.cos(k * mp.pi / (K + 1))) / 2 for k in range(1, K + 1)]
+        basis = mp.matrix([[K * mp.binomial(K - 1, r) * u ** r * (1 - u) ** (K - 1 - r) for r in range(K)]
+                           for u in nodes])
+        e = mp.lu_solve(basis, mp.matrix([mp.sqrt(2) * mp.erfinv(2 * u - 1) for u in nodes]))
+    e = np.array([float(v) for v in e])
+    assert np.max(np.abs(e)) < 1.5
+    for d in (1e-6, 1e-4):
+        rej = float(exact_acceptance(law_from_eps(d * e), np.array([d])).rejection[0])
+        lower = rd.markov_dual(d, K).lower
+        assert lower <= rej <= lower * (1.0 + 10.0 * d), (d, lower, rej)
+        assert rd.certified_rank_weights(d, K).rejection <= rej * (1.0 + 1e-9)
