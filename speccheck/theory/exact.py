@@ -710,9 +710,8 @@ def _stirling_error(n: np.ndarray) -> np.ndarray:
 
 
 def _bd0(x: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """x log(x / m) + m - x >= 0 (x > 0, m >= 0) without cancellation: near x = m by the series
-    (x - m) v + 2 x sum_k v^(2k+1) / (2k + 1), v = (x - m) / (x + m); elsewhere directly."""
-    x, m = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(m, np.float64))
+    """x log(x / m) + m - x >= 0 (x > 0, m >= 0; same shapes) without cancellation: near x = m
+    by the series (x - m) v + 2 x sum_k v^(2k+1) / (2k + 1), v = (x - m) / (x + m); elsewhere directly."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         v = (x - m) / (x + m)
         out = x * np.log(x / m) + m - x
@@ -720,13 +719,22 @@ def _bd0(x: np.ndarray, m: np.ndarray) -> np.ndarray:
         if np.any(near):
             vn, xn = v[near], x[near]
             v2 = vn * vn
-            term = 2.0 * xn * vn
-            series = (xn - m[near]) * vn
-            for k in range(1, 13):
-                term = term * v2
-                series = series + term / (2 * k + 1)
-            out[near] = series
-    return np.where(m == 0.0, np.inf, out)
+            tail = np.full(vn.shape, 1.0 / 25.0)
+            for k in range(11, 0, -1):  # Horner in v^2: sum_{k=1..12} v^(2k) / (2k + 1)
+                tail = tail * v2 + 1.0 / (2 * k + 1)
+            out[near] = (xn - m[near]) * vn + 2.0 * xn * vn * v2 * tail
+    out[m == 0.0] = np.inf
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _loader_constants(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(j, s(n) - s(j) - s(n - j) + log(n / (2 pi j (n - j))) / 2) for j = 1..n-1 (read-only)."""
+    j = np.arange(1, n, dtype=np.float64)
+    const = (_stirling_error(np.array([float(n)])) - _stirling_error(j) - _stirling_error(n - j)
+             + 0.5 * np.log(n / (2.0 * np.pi * j * (n - j))))
+    j.flags.writeable = const.flags.writeable = False
+    return j, const
 
 
 def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
@@ -737,19 +745,20 @@ def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q:
     - bd0(n - j, n q) + log(n / (2 pi j (n - j))) / 2 (s: Stirling's error, bd0: the deviance
     term, both computed without cancellation); q^n and p^n at the ends. The naive
     log C(n, j) + j log p + (n - j) log q cancels terms of size ~n log 2 (~400 ulp at n = 128)."""
-    p, q = np.asarray(p, np.float64)[..., None], np.asarray(q, np.float64)[..., None]
-    j = np.arange(n + 1, dtype=np.float64)
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    if n == 0:
+        return np.ones(p.shape + (1,))
+    j, const = _loader_constants(n)
+    shape = p.shape + (n - 1,)
+    # both deviance terms in one call: x = (j, n - j), m = (n p, n q)
+    x = np.concatenate([np.broadcast_to(j, shape), np.broadcast_to(n - j, shape)], axis=-1)
+    m = np.concatenate([np.broadcast_to((n * p)[..., None], shape), np.broadcast_to((n * q)[..., None], shape)],
+                       axis=-1)
+    dev = _bd0(x, m)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        inner = j[1:n] if n >= 2 else np.empty(0)
-        log_inner = (_stirling_error(np.array([float(n)])) - _stirling_error(inner) - _stirling_error(n - inner)
-                     - _bd0(inner, n * p) - _bd0(n - inner, n * q)
-                     + 0.5 * np.log(n / (2.0 * np.pi * inner * (n - inner))))
-        ends_low = n * np.asarray(log_q, np.float64)[..., None]
-        ends_high = n * np.asarray(log_p, np.float64)[..., None]
-        if n == 0:
-            log_pmf = np.zeros(p.shape[:-1] + (1,))
-        else:
-            log_pmf = np.concatenate([ends_low, log_inner, ends_high], axis=-1)
+        log_pmf = np.concatenate([n * np.asarray(log_q, np.float64)[..., None],
+                                  const - dev[..., :n - 1] - dev[..., n - 1:],
+                                  n * np.asarray(log_p, np.float64)[..., None]], axis=-1)
         pmf = np.exp(log_pmf)
     return np.where(np.isnan(pmf), 0.0, pmf)
 
