@@ -230,14 +230,13 @@ def _bernstein_at_nodes(K: int, mid: np.ndarray, z: np.ndarray) -> np.ndarray:
     :func:`exact.binomial_pmf`, at the nodes by the exact ratio
     (u / u_m)^(r - 1) ((1 - u) / (1 - u_m))^(K - r), its logs from log1p of the normal mass
     between midpoint and node (small in a narrow cell, so the exponent has no cancellation)."""
-    b_mid = K * exact.binomial_pmf(K - 1, special.ndtr(mid), special.ndtr(-mid), special.log_ndtr(mid),
-                                   special.log_ndtr(-mid))
-    m = mid[:, None]
+    u_m, v_m, log_u_m, log_v_m = special.ndtr(mid), special.ndtr(-mid), special.log_ndtr(mid), special.log_ndtr(-mid)
+    b_mid = K * exact.binomial_pmf(K - 1, u_m, v_m, log_u_m, log_v_m)
+    m, u_m, v_m = mid[:, None], u_m[:, None], v_m[:, None]
     du = np.where(z >= m, normal_mass(m, np.maximum(z, m)), -normal_mass(np.minimum(z, m), m))
-    u_m, v_m = special.ndtr(m), special.ndtr(-m)
     with np.errstate(divide="ignore", invalid="ignore"):  # beyond |z| ~ 37 (masses < 1e-300): the log form
-        log_ratio_u = np.where(u_m > 1e-300, np.log1p(du / u_m), special.log_ndtr(z) - special.log_ndtr(m))
-        log_ratio_v = np.where(v_m > 1e-300, np.log1p(-du / v_m), special.log_ndtr(-z) - special.log_ndtr(-m))
+        log_ratio_u = np.where(u_m > 1e-300, np.log1p(du / u_m), special.log_ndtr(z) - log_u_m[:, None])
+        log_ratio_v = np.where(v_m > 1e-300, np.log1p(-du / v_m), special.log_ndtr(-z) - log_v_m[:, None])
     low, high = exact._rank_exponents(K)  # noqa: SLF001 (same package: r - 1 and K - r)
     return b_mid[:, None, :] * np.exp(log_ratio_u[..., None] * low + log_ratio_v[..., None] * high)
 
