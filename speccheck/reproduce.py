@@ -122,8 +122,8 @@ def rass_weights(root: Path) -> list[Path]:
     return [resolve("speccheck.verifiers.rass:build_weight_data")(list(RASS_WEIGHT_KS), path)]
 
 
-RASS_SURVEY_KS = (17, 24, 32, 48, 64, 96, 128)
-# 1e-9 .. 3e-7: the band where omega >= 0 starts to bind at large K (the LP is ill-conditioned there)
+RASS_SURVEY_KS = (17, 24, 32, 48, 64, 96, 110, 121, 128)
+# 1e-9 .. 3e-7 and K = 110, 121: where omega >= 0 starts to bind at large K (the LP is ill-conditioned there)
 RASS_SURVEY_DELTAS = (1e-12, 1e-9, 1e-8, 3e-8, 1e-7, 3e-7, 1e-6, 1e-3, 0.1, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 10.0,
                       20.0, 40.0)
 
@@ -406,7 +406,7 @@ REGISTRY: dict[str, Artefact] = dict([
            ("speccheck.theory.mcrs_tables:write_minmax_table",)),
     _entry("mcrs-policies", mcrs_policies, ("speccheck/data/mcrs_policies_G64.npz",), "~45 min",
            ("speccheck.verifiers.mcrs:build_policy_data",)),
-    _entry("rass-survey", rass_survey, ("theory/rass_dual_survey.md",), "~10 min"),
+    _entry("rass-survey", rass_survey, ("theory/rass_dual_survey.md",), "~9-15 min"),
     _entry("rass-weights", rass_weights, ("speccheck/data/rass_weights.npz",), "~40 min",
            ("speccheck.verifiers.rass:build_weight_data",)),
     _entry("figures", figures, ("figures/*.png", "figures/*.svg", "figures/*.csv", "figures/manifest.json"),

@@ -661,11 +661,11 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
     """Certified optimal RASS weights at one delta (finite >= 0; K in 1..128): weights, exact
     acceptance and rejection, optimality gap and the upper bound beside it. K <= 16: the Newton
     solver, gap <= 1e-12 absolute (a 2000-delta scan per K); above, the LP-duality solver of
-    :mod:`speccheck.theory.rass_dual` (gap <= 1e-12 on most cells, <= 1e-10 on every cell measured; the
-    reported gap is what is certified). ``max_iter`` caps the solver's iterations (an anytime
-    answer: acceptance is achieved by the returned weights, upper_bound bounds the optimum): Newton
-    iterations at K <= 16, partition rounds of rass_dual above (clipped to 1..MAX_ROUNDS there);
-    None: solve to the gap (cached per (delta, K))."""
+    :mod:`speccheck.theory.rass_dual` (gap <= 1e-12 on every cell measured:
+    ``theory/rass_dual_survey.md``; the reported gap is what is certified). ``max_iter`` caps
+    the solver's iterations (an anytime answer: acceptance is achieved by the returned weights,
+    upper_bound bounds the optimum): Newton iterations at K <= 16, partition rounds of rass_dual
+    above (clipped to 1..MAX_ROUNDS there); None: solve to the gap (cached per (delta, K))."""
     d = float(check_delta(delta))
     K = check_K(K)
     if max_iter is not None:

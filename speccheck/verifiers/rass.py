@@ -52,11 +52,18 @@ _LOCK = threading.Lock()
 _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN rows: not solved yet)
 
 
-def _cache_file(K: int) -> Path | None:
-    # keyed by the grid and the LP's source, so a changed LP never reuses stale weights
-    from speccheck.theory import rass as _lp
+def _solver_sources() -> list[Path]:
+    """Every source file of :mod:`speccheck.theory` (the solvers behind the weights: rass.py at
+    K <= 16, rass_dual.py and exact.py above, and what they import)."""
+    from speccheck import theory
 
-    key = hashlib.sha1(DELTA_GRID.tobytes() + Path(_lp.__file__).read_bytes()).hexdigest()[:12]
+    return sorted(Path(theory.__file__).resolve().parent.glob("*.py"))
+
+
+def _cache_file(K: int) -> Path | None:
+    # keyed by the grid and the solvers' sources, so a changed solver never reuses stale weights
+    sources = b"".join(path.read_bytes() for path in _solver_sources())
+    key = hashlib.sha1(DELTA_GRID.tobytes() + sources).hexdigest()[:12]
     return _cache.cache_file(f"rass_weights_K{K}_{key}.npy")
 
 
