@@ -9,8 +9,7 @@
    ``scipy.optimize.linprog`` (HiGHS) on the paper-sized quadrature LP (K = 8, 513 Simpson
    nodes; about the paper's 5.8 ms here). Target: ratio <= 0.2. Each side's time per delta is
    the fastest of ``--repeats`` runs (both are deterministic; the minimum is the least disturbed
-   by other load on the machine; the two sides' runs alternate, so a change of load during the
-   benchmark reaches both), then the median over the deltas. Printed beside it: the exact
+   by other load on the machine), then the median over the deltas. Printed beside it: the exact
    evaluations and solver iterations per solve, the largest certified gap, and the starting
    point: the interpolation in delta of the shipped table (a pure function of (delta, K)), and,
    for comparison, the starts that do not read it (uniform, top rank, canonical small-delta
@@ -55,17 +54,6 @@ def _fastest(fn, repeats: int) -> float:
     return best
 
 
-def _fastest_pair(first, second, repeats: int) -> tuple[float, float]:
-    """The fastest of ``repeats`` runs of each, the two timed alternately."""
-    best = [np.inf, np.inf]
-    for _ in range(repeats):
-        for i, fn in enumerate((first, second)):
-            t0 = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best[0], best[1]
-
-
 def _counting(counts: list[int]):
     original = rass_theory.exact_acceptance
 
@@ -85,12 +73,8 @@ def bench_solve(K: int, deltas: np.ndarray, table: bool = True, repeats: int = 5
         return rass_theory.cold_rank_weight_solution(float(d), K)
 
     rass_theory.table_start(1.0, K)  # load the package data once (not a solution cache)
-    ours_d, paper_d = [], []
-    for d in deltas:  # interleaved: each repeat times both sides back to back (a load change hits both)
-        ours_t, paper_t = _fastest_pair(lambda d=d: cold(d), lambda d=d: paper_sized_lp(float(d), 8), repeats)
-        ours_d.append(ours_t)
-        paper_d.append(paper_t)
-    ours, paper = float(np.median(ours_d)), float(np.median(paper_d))
+    ours = float(np.median([_fastest(lambda d=d: cold(d), repeats) for d in deltas]))
+    paper = float(np.median([_fastest(lambda d=d: paper_sized_lp(float(d), 8), repeats) for d in deltas]))
     counts: list[int] = []
     original, counted = _counting(counts)
     rass_theory.exact_acceptance = counted
