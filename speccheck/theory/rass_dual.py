@@ -767,7 +767,7 @@ class _Search:
         self.rho = max(self.dgrs_rejection, 1e-3 * min(1.0, d), 1e-300)  # the scale of 1 - A* (D-GRS's is above it)
         self.base = base_edges(d, K)
         self.boxes, self.stuck = [None] * len(COLUMN_SCALINGS), [False] * len(COLUMN_SCALINGS)
-        self.walk_start = None  # (eps, box, scaling index) of the first partition's box form, where the box binds
+        self.walk_start = None  # (eps, box, column scaling) of the first partition's box form, where the box binds
         self.best, self.local = None, np.inf
         self.lower, self.upper = 0.0, 1.0
         if self.rejection_form:
@@ -803,11 +803,12 @@ class _Search:
                 grow = not self.stuck[v] and (not first or self.dgrs_rejection > GAP_TOL)
                 out = lp_rejection_form(masses, self.K, self.rho, self.boxes[v], grow=grow, iteration_cap=not first,
                                         column_scaled=scaled)
+                # stuck (HiGHS failed in a larger box): the later partitions keep the last box that worked
                 self.boxes[v] = None if out is None else out[2]
                 self.stuck[v] = self.stuck[v] or (out is not None and out[3])
                 if (first and self.walk_start is None and out is not None
                         and _box_binds(out[0], out[2], masses.scale, self.K)):
-                    self.walk_start = (out[0], out[2], v)
+                    self.walk_start = (out[0], out[2], scaled)
             if out is not None:
                 outs.append((out[0], out[1]))
         return outs
@@ -821,8 +822,8 @@ class _Search:
         for rounds in range(1, self.max_rounds + 1):
             masses = CellMasses(d, K, edges)
             if walk and rounds == 1:
-                eps, box, v = self.walk_start
-                scalings = (COLUMN_SCALINGS[v],) + tuple(c for c in COLUMN_SCALINGS if c != COLUMN_SCALINGS[v])
+                eps, box, scaled = self.walk_start  # that scaling first, the others where it fails
+                scalings = tuple(sorted(COLUMN_SCALINGS, key=lambda c: c != scaled))
                 out = trust_region_walk(masses, K, self.rho, eps, scalings, box)
                 lp_outs = [] if out is None else [out]
             elif self.rejection_form:
@@ -851,7 +852,6 @@ class _Search:
             # refine around the best weights' crossings and the LP weights' (where the LP found more)
             new_edges = refined_edges(self.base, _centres(self.best[1].crossings[0],
                                                           [c[1].crossings[0] for c in candidates[:1]]))
-            # stuck (HiGHS failed in a larger box): the later partitions keep the last box that worked
             # done: certified relative to min(1, A, 1 - A); or to GAP_TOL absolute once a round on a
             # refined partition is done (relative precision is then beyond the rounding floor or the
             # LP's accuracy) or where 1 - A <= GAP_TOL itself (tiny delta); or nothing new to refine;
