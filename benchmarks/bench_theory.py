@@ -9,12 +9,13 @@
    ``scipy.optimize.linprog`` (HiGHS) on the paper-sized quadrature LP (K = 8, 513 Simpson
    nodes; about the paper's 5.8 ms here). Target: ratio <= 0.2. Each side's time per delta is
    the fastest of ``--repeats`` runs (both are deterministic; the minimum is the least disturbed
-   by other load on the machine), then the median over the deltas. Printed beside it: the exact
-   evaluations and solver iterations per solve, the largest certified gap, and the starting
-   point: the interpolation in delta of the shipped table (a pure function of (delta, K)), and,
-   for comparison, the starts that do not read it (uniform, top rank, canonical small-delta
-   solution; above K = 16 the LP-duality solver of rass_dual, its full certified solve; both
-   caches emptied). K = big-K is reported.
+   by other load on the machine), then the median over the deltas; the runs are taken in
+   rounds (every delta once per side per round), so a load spike hits one run of each side.
+   Printed beside it: the exact evaluations and solver iterations per solve, the largest
+   certified gap, and the starting point: the interpolation in delta of the shipped table (a
+   pure function of (delta, K)), and, for comparison, the starts that do not read it (uniform,
+   top rank, canonical small-delta solution; above K = 16 the LP-duality solver of rass_dual,
+   its full certified solve; both caches emptied). K = big-K is reported.
 2. Fixed-omega RASS acceptance throughput (deltas / s; target >= 1e5 at K = 8), beside the
    closed forms (RMC, D-GRS, both bounds) at n deltas (fastest of --repeats runs).
 3. ``speccheck theory`` cold (a fresh process each run; target: every cell of CLI_CELLS answered
@@ -54,6 +55,22 @@ def _fastest(fn, repeats: int) -> float:
     return best
 
 
+def _fastest_in_rounds(ours: list, paper: list, rounds: int) -> tuple[float, float]:
+    """Median over the deltas of each side's fastest of ``rounds`` runs, the runs taken in
+    rounds: each round times every delta once on our side, then once on the paper's (each block
+    after one untimed call, so neither side is timed just after the other evicted its caches).
+    A load spike on the machine then hits one run of each side, not all runs of one side."""
+    best_ours, best_paper = np.full(len(ours), np.inf), np.full(len(paper), np.inf)
+    for _ in range(rounds):
+        for fns, best in ((ours, best_ours), (paper, best_paper)):
+            fns[0]()
+            for i, fn in enumerate(fns):
+                t0 = time.perf_counter()
+                fn()
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return float(np.median(best_ours)), float(np.median(best_paper))
+
+
 def _counting(counts: list[int]):
     original = rass_theory.exact_acceptance
 
@@ -73,8 +90,8 @@ def bench_solve(K: int, deltas: np.ndarray, table: bool = True, repeats: int = 5
         return rass_theory.cold_rank_weight_solution(float(d), K)
 
     rass_theory.table_start(1.0, K)  # load the package data once (not a solution cache)
-    ours = float(np.median([_fastest(lambda d=d: cold(d), repeats) for d in deltas]))
-    paper = float(np.median([_fastest(lambda d=d: paper_sized_lp(float(d), 8), repeats) for d in deltas]))
+    ours, paper = _fastest_in_rounds([lambda d=d: cold(d) for d in deltas],
+                                     [lambda d=d: paper_sized_lp(float(d), 8) for d in deltas], repeats)
     counts: list[int] = []
     original, counted = _counting(counts)
     rass_theory.exact_acceptance = counted

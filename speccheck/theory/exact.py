@@ -102,7 +102,7 @@ def _rank_exponents(K: int) -> tuple[np.ndarray, np.ndarray]:
 def _zero_sum(eps: np.ndarray) -> np.ndarray:
     """Remove the rounding residue of sum(eps) from its largest entry (twice: exact to ~ulp(ulp))."""
     eps = eps.copy()
-    j = int(np.argmax(np.abs(eps)))
+    j = int(np.abs(eps).argmax())
     for _ in range(2):
         eps[j] -= math.fsum(eps)
     return eps
@@ -123,7 +123,7 @@ def law_from_eps(eps: np.ndarray, zero: np.ndarray | None = None) -> RankLaw:
     """RankLaw from a deviation eps (the optimiser's variable); ``zero`` marks weights exactly 0."""
     K = eps.size
     eps = _zero_sum(eps)
-    omega = np.clip(1.0 / K + eps, 0.0, None)
+    omega = np.maximum(1.0 / K + eps, 0.0)
     if zero is not None:
         omega[zero] = 0.0
     with np.errstate(divide="ignore"):
@@ -153,6 +153,7 @@ def _moment_columns(K: int) -> np.ndarray:
 
 
 _COLUMNS_USED = {0: 1, 1: 3, 2: 6, 3: 10}  # moment columns read by L, L', L'', L^(3)
+DEEP_P = 1e-280  # P below this (off the deviation form): summed in logs (its leading terms may be subnormal)
 
 
 def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
@@ -163,7 +164,7 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
     g_r = (r-1) alpha - (K-r) beta: sum_r c_r g_r = alpha S_low - beta S_high and
     sum_r c_r (g_r^2 - (r-1) alpha^2 - (K-r) beta^2) = alpha^2 S_low2 + beta^2 S_high2 - 2 alpha beta S_mixed
     (S_x = sum_r c_r x_r over the columns of :func:`_moment_columns`), for c = b eps (deviation
-    form) or c = the posterior (log-sum-exp form).
+    form; sum_r b_r g_r = sum_r b_r h_r = 0 as sum_r b_r = K) or c = the posterior (log-sum-exp form).
 
     derivatives = 3 also gives L^(3) = E[T] - (L'' + L'^2) L' - 2 L' L'' (E over the posterior
     of the rank given z), T = g'' + 3 g g' + g^3 = (z^2 - 1) g + 3 z a2 + 2 l alpha^3 - 2 h beta^3
@@ -175,6 +176,11 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
     if z.ndim != 1:  # flat arrays inside, the caller's shape on the way out
         return Curve(*(a.reshape(z.shape) if a is not None and a.size == z.size else a
                        for a in curve(law, z.ravel(), derivatives)))
+    return _curve_flat(law, z, derivatives)[0]
+
+
+def _curve_flat(law: RankLaw, z: np.ndarray, derivatives: int) -> tuple[Curve, np.ndarray]:
+    """:func:`curve` at a 1-d float array z, with log b_r(Phi(z)) (n, K)."""
     empty = np.empty(0)
     low, high = _rank_exponents(law.K)
     columns = _moment_columns(law.K)
@@ -198,17 +204,17 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
             sums[far] = (e / tot[:, None]) @ columns[:, :sums.shape[1]]
             P[far] = 1.0
         if derivatives == 0:
-            return Curve(L, empty, empty)
+            return Curve(L, empty, empty), log_b
         log_phi = -0.5 * z * z - LOG_SQRT_2PI
         alpha = np.exp(log_phi - log_u)
         beta = np.exp(log_phi - log_v)
         dL = (alpha * sums[:, 1] - beta * sums[:, 2]) / P
         if derivatives == 1:
-            return Curve(L, dL, empty)
+            return Curve(L, dL, empty), log_b
         S2 = (alpha * alpha * sums[:, 3] + beta * beta * sums[:, 4] - 2.0 * alpha * beta * sums[:, 5]) / P
         d2L = -z * dL + S2 - dL * dL
         if derivatives == 2:
-            return Curve(L, dL, d2L)
+            return Curve(L, dL, d2L), log_b
         a2, b2 = alpha * alpha, beta * beta
         a3, b3 = a2 * alpha, b2 * beta
         s_l, s_h = sums[:, 1], sums[:, 2]
@@ -220,7 +226,7 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
         g3 = a3 * sums[:, 6] - 3.0 * a2 * beta * sums[:, 8] + 3.0 * alpha * b2 * sums[:, 9] - b3 * sums[:, 7]
         ET = ((z * z - 1.0) * g1 + 3.0 * z * a2s + 2.0 * a3 * s_l - 2.0 * b3 * s_h - 3.0 * z * g2 - 3.0 * ga2 + g3) / P
         d3L = ET - (d2L + dL * dL) * dL - 2.0 * dL * d2L
-    return Curve(L, dL, d2L, d3L)
+    return Curve(L, dL, d2L, d3L), log_b
 
 
 class _Basis(NamedTuple):
@@ -285,31 +291,36 @@ def _grid_basis(K: int, z_hi: float) -> _Basis:
 
 
 def _curve_terms(law: RankLaw, basis: _Basis, derivatives: int) -> Curve:
-    """L, L', L'' at the basis points, from the omega-free terms (as :func:`curve`, per rank)."""
+    """L, L', L'' at the basis points, from the omega-free terms (as :func:`curve`, per rank):
+    the deviation form where |P - 1| <= 1/2; elsewhere P = sum_r omega_r b_r (a sum of positive
+    terms: relative precision without the posterior's per-row maximum, which costs more than the
+    rest of the scan together), L' = sum_r omega_r b_r g_r / P and likewise L'' (sum_r b_r g_r =
+    sum_r b_r h_r = 0); in logs (the posterior) where P < DEEP_P, its leading terms may be subnormal."""
     empty = np.empty(0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         dev = basis.b @ law.eps
-        far = np.nonzero(~(np.abs(dev) <= 0.5))[0]
-        P = 1.0 + dev
-        L = np.log1p(dev)
+        near = np.abs(dev) <= 0.5
+        P = np.where(near, 1.0 + dev, basis.b @ law.omega)
+        L = np.where(near, np.log1p(dev), np.log(P))
+        deep = np.nonzero(~near & ~(P >= DEEP_P))[0]
         post = None
-        if far.size:
-            t = basis.log_b[far] + law.log_w
+        if deep.size:
+            t = basis.log_b[deep] + law.log_w
             top = np.max(t, axis=1, keepdims=True)
             e = np.exp(t - top)
             tot = e.sum(axis=1)
-            L[far] = top[:, 0] + np.log(tot)
+            L[deep] = top[:, 0] + np.log(tot)
             post = e / tot[:, None]
         if derivatives == 0:
             return Curve(L, empty, empty)
-        dL = (basis.bg @ law.eps) / P
-        if far.size:
-            dL[far] = np.sum(post * basis.g[far], axis=1)
+        dL = np.where(near, basis.bg @ law.eps, basis.bg @ law.omega) / P
+        if deep.size:
+            dL[deep] = np.sum(post * basis.g[deep], axis=1)
         if derivatives == 1:
             return Curve(L, dL, empty)
-        S2 = (basis.bh @ law.eps) / P
-        if far.size:
-            S2[far] = np.sum(post * basis.h[far], axis=1)
+        S2 = np.where(near, basis.bh @ law.eps, basis.bh @ law.omega) / P
+        if deep.size:
+            S2[deep] = np.sum(post * basis.h[deep], axis=1)
         d2L = -basis.z * dL + S2 - dL * dL
     return Curve(L, dL, d2L)
 
@@ -350,7 +361,7 @@ def scan_grid(K: int, z_hi: float) -> np.ndarray:
 
 def _inflections(law: RankLaw, a: np.ndarray, b: np.ndarray, fa: np.ndarray, fb: np.ndarray,
                  step_tol: float = 1e-5, iters: int = 30) -> tuple[np.ndarray, Curve]:
-    """The zero of L'' in each grid cell [a, b] where it changes sign (fa = L''(a), fb = L''(b)):
+    """The zero of L'' in each grid cell [a, b] (a < b) where it changes sign (fa = L''(a), fb = L''(b)):
     safeguarded Newton with the exact third derivative (:func:`curve`) from the secant point,
     bisection when a step leaves the shrinking bracket. Returns the last points evaluated (their
     last Newton correction below ``step_tol`` relative) and the curve there.
@@ -358,21 +369,23 @@ def _inflections(law: RankLaw, a: np.ndarray, b: np.ndarray, fa: np.ndarray, fb:
     Precision needed: a convexity piece may then hold a sliver of width tau <= 1e-5 past its
     inflection, where F' turns back by ~|L^(3)| tau^2 / 2; a pair of crossings missed there
     would enclose a mass below q |L^(3)| tau^4 ~ 1e-20 q (nothing to miss in double precision)."""
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    pos_lo = np.where(a < b, fa, fb) > 0
+    lo, hi = a.copy(), b.copy()  # a < b
+    pos_lo = fa > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         x = a - fa * (b - a) / (fb - fa)
     x = np.where(np.isfinite(x) & (x > lo) & (x < hi), x, 0.5 * (lo + hi))
-    # the usual case, without bookkeeping: two Newton steps, the second point's correction small
-    first = curve(law, x, 3)
+    # the usual case, without bookkeeping: one Newton step, then the next correction is small
+    # (estimated with L^(3) at the first point: it moves by a relative ~|L^(4) / L^(3)| |x1 - x|
+    # between the two, so the estimate is held to half the tolerance)
+    first = _curve_flat(law, x, 3)[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         x1 = x - first.d2L / first.d3L
-    if np.all(np.isfinite(x1) & (x1 > lo) & (x1 < hi)):
-        second = curve(law, x1, 3)
+    if (np.isfinite(x1) & (x1 > lo) & (x1 < hi)).all():
+        second = _curve_flat(law, x1, 2)[0]
         with np.errstate(divide="ignore", invalid="ignore"):
-            small = np.abs(second.d2L / second.d3L) <= step_tol * np.maximum(1.0, np.abs(x1))
-        if np.all(small | (second.d2L == 0.0)):
-            return x1, Curve(second.L, second.dL, second.d2L)
+            small = np.abs(second.d2L / first.d3L) <= 0.5 * step_tol * np.maximum(1.0, np.abs(x1))
+        if (small | (second.d2L == 0.0)).all():
+            return x1, second
     points = np.empty(x.size)
     curves = [np.empty(x.size) for _ in range(3)]
     active = np.arange(x.size)
@@ -409,7 +422,6 @@ class Pieces(NamedTuple):
     grid: np.ndarray  # the scan grid plus the edges
     L: np.ndarray
     dL: np.ndarray
-    piece_of_node: np.ndarray  # index of the piece each grid node belongs to (edges: both)
     start: np.ndarray  # first grid index of each piece
     stop: np.ndarray  # last grid index of each piece
     d2L: np.ndarray | None = None  # L'' at every grid node (~0 at the edges)
@@ -421,9 +433,9 @@ def convexity_pieces(law: RankLaw, z_hi: float) -> Pieces:
     grid = basis.z
     c = _curve_terms(law, basis, 2)
     s = np.sign(c.d2L)
-    nz = np.nonzero(s != 0)[0]
-    flips = nz[:-1][s[nz[:-1]] * s[nz[1:]] < 0]
-    after = nz[1:][s[nz[:-1]] * s[nz[1:]] < 0]
+    nz = np.nonzero(s)[0]
+    change = s[nz[:-1]] * s[nz[1:]] < 0
+    flips, after = nz[:-1][change], nz[1:][change]
     if flips.size:
         infl, cin = _inflections(law, grid[flips], grid[after], c.d2L[flips], c.d2L[after])
         grid = np.concatenate([grid, infl])
@@ -436,10 +448,9 @@ def convexity_pieces(law: RankLaw, z_hi: float) -> Pieces:
     else:
         L, dL, d2L = c.L, c.dL, c.d2L
         edges = np.array([grid[0], grid[-1]])
-    start = np.searchsorted(grid, edges[:-1], side="left")
-    stop = np.searchsorted(grid, edges[1:], side="left")
-    piece = np.clip(np.searchsorted(edges, grid, side="right") - 1, 0, edges.size - 2)
-    return Pieces(edges, grid, L, dL, piece, start, stop, d2L)
+    start = grid.searchsorted(edges[:-1], side="left")
+    stop = grid.searchsorted(edges[1:], side="left")
+    return Pieces(edges, grid, L, dL, start, stop, d2L)
 
 
 # ----------------------------------------------------------------- crossings, vectorised over delta
@@ -505,9 +516,9 @@ def _newton_fast(fun, lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, x_tol: flo
             if len(values) > 3:
                 done |= np.abs(values[3]) * (newton - x) ** 2 <= 2.0 * tol * np.abs(df)
             inside = np.isfinite(newton) & (newton > lo) & (newton < hi)
-        if not np.all(inside | flat):
+        if not (inside | flat).all():
             return None
-        if np.all(done):
+        if done.all():
             return np.where(flat, x, newton)
         x = np.where(flat, x, newton)
     return None
@@ -629,16 +640,16 @@ def crossings_one(law: RankLaw, delta: float, pieces: Pieces | None = None) -> n
     rising = slope > 0
     cells = np.nonzero(rising[:-1] != rising[1:])[0]
     if cells.size and pc.d2L is not None:
-        ca, cb = pc.d2L[cells], pc.d2L[cells + 1]
-        curv = np.where(np.abs(ca) >= np.abs(cb), np.sign(ca), np.sign(cb))
-        a, b, sa, sb, Fa, Fb = grid[cells], grid[cells + 1], slope[cells], slope[cells + 1], F[cells], F[cells + 1]
+        after = cells + 1
+        ca, cb = pc.d2L[cells], pc.d2L[after]
+        curv = np.where(np.abs(ca) >= np.abs(cb), ca, cb)  # its sign is F's convexity on the cell
+        a, b, sa, sb, Fa, Fb = grid[cells], grid[after], slope[cells], slope[after], F[cells], F[after]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             meet = Fa + sa * ((Fb - Fa + sa * a - sb * b) / (sa - sb) - a)  # the end tangents' intersection
         margin = 1e-14 * (np.abs(Fa) + np.abs(Fb))
         pos = Fa > 0
         same = pos == (Fb > 0)
-        no_root = same & (((curv > 0) & ~pos) | ((curv < 0) & pos) | ((curv > 0) & pos & (meet > margin))
-                          | ((curv < 0) & ~pos & (meet < -margin)))
+        no_root = same & (((curv > 0) & (~pos | (meet > margin))) | ((curv < 0) & (pos | (meet < -margin))))
         cells = cells[same & ~no_root]
     if cells.size:
         a, b, sa, sb = grid[cells], grid[cells + 1], slope[cells], slope[cells + 1]
@@ -664,14 +675,16 @@ def crossings_one(law: RankLaw, delta: float, pieces: Pieces | None = None) -> n
     j = np.nonzero(above[:-1] != above[1:])[0]
     if j.size == 0:
         return np.empty(0)
-    lo, hi, f_lo, f_hi = z[j], z[j + 1], F[j], F[j + 1]
+    lo, hi, f_lo = z[j], z[j + 1], F[j]
+
+    half_d2 = 0.5 * d * d
 
     def F_exact(x, active):
-        c = curve(law, x, derivatives=2)
-        floor = 4e-16 * (np.abs(c.L) + np.abs(d * x) + 0.5 * d * d)
-        return c.L - d * x + 0.5 * d * d, c.dL - d, floor, c.d2L
+        c = _curve_flat(law, x, 2)[0]
+        dx = d * x
+        return c.L - dx + half_d2, c.dL - d, 4e-16 * (np.abs(c.L) + np.abs(dx) + half_d2), c.d2L
     with np.errstate(divide="ignore", invalid="ignore"):
-        x0 = lo - f_lo * (hi - lo) / (f_hi - f_lo)
+        x0 = lo - f_lo * (hi - lo) / (F[j + 1] - f_lo)
     x0 = np.where(np.isfinite(x0) & (x0 > lo) & (x0 < hi), x0, 0.5 * (lo + hi))
     roots = _newton_fast(F_exact, lo, hi, x0)
     if roots is None:
@@ -713,28 +726,32 @@ def _bd0(x: np.ndarray, m: np.ndarray) -> np.ndarray:
     """x log(x / m) + m - x >= 0 (x > 0, m >= 0; same shapes) without cancellation: near x = m
     by the series (x - m) v + 2 x sum_k v^(2k+1) / (2k + 1), v = (x - m) / (x + m); elsewhere directly."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        v = (x - m) / (x + m)
+        diff = x - m
+        v = diff / (x + m)
         out = x * np.log(x / m) + m - x
         near = np.abs(v) < _BD0_SERIES
-        if np.any(near):
+        if near.any():
             vn, xn = v[near], x[near]
             v2 = vn * vn
-            tail = np.full(vn.shape, 1.0 / 25.0)
-            for k in range(11, 0, -1):  # Horner in v^2: sum_{k=1..12} v^(2k) / (2k + 1)
-                tail = tail * v2 + 1.0 / (2 * k + 1)
-            out[near] = (xn - m[near]) * vn + 2.0 * xn * vn * v2 * tail
+            tail = v2 * (1.0 / 25.0) + 1.0 / 23.0
+            for k in range(10, 0, -1):  # Horner in v^2: sum_{k=1..12} v^(2k) / (2k + 1)
+                tail *= v2
+                tail += 1.0 / (2 * k + 1)
+            out[near] = diff[near] * vn + 2.0 * xn * vn * v2 * tail
     out[m == 0.0] = np.inf
     return out
 
 
 @functools.lru_cache(maxsize=256)
-def _loader_constants(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(j, s(n) - s(j) - s(n - j) + log(n / (2 pi j (n - j))) / 2) for j = 1..n-1 (read-only)."""
+def _loader_constants(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(j, s(n) - s(j) - s(n - j) + log(n / (2 pi j (n - j))) / 2, (j, n - j) concatenated)
+    for j = 1..n-1 (read-only)."""
     j = np.arange(1, n, dtype=np.float64)
     const = (_stirling_error(np.array([float(n)])) - _stirling_error(j) - _stirling_error(n - j)
              + 0.5 * np.log(n / (2.0 * np.pi * j * (n - j))))
-    j.flags.writeable = const.flags.writeable = False
-    return j, const
+    both = np.concatenate([j, n - j])
+    j.flags.writeable = const.flags.writeable = both.flags.writeable = False
+    return j, const, both
 
 
 def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
@@ -748,13 +765,12 @@ def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q:
     p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
     if n == 0:
         return np.ones(p.shape + (1,))
-    j, const = _loader_constants(n)
-    shape = p.shape + (n - 1,)
+    _, const, both = _loader_constants(n)
     # both deviance terms in one call: x = (j, n - j), m = (n p, n q)
-    x = np.concatenate([np.broadcast_to(j, shape), np.broadcast_to(n - j, shape)], axis=-1)
-    m = np.concatenate([np.broadcast_to((n * p)[..., None], shape), np.broadcast_to((n * q)[..., None], shape)],
-                       axis=-1)
-    dev = _bd0(x, m)
+    m = np.empty(p.shape + (2 * n - 2,))
+    m[..., :n - 1] = (n * p)[..., None]
+    m[..., n - 1:] = (n * q)[..., None]
+    dev = _bd0(np.broadcast_to(both, m.shape), m)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_pmf = np.concatenate([n * np.asarray(log_q, np.float64)[..., None],
                                   const - dev[..., :n - 1] - dev[..., n - 1:],
@@ -811,27 +827,34 @@ class PieceMasses(NamedTuple):
     q_above: np.ndarray
 
 
+_ODD = np.arange(1024) % 2 == 1  # piece i of one delta is on the first piece's side when i is even
+_ODD.flags.writeable = False
+
+
 def _masses_one(law: RankLaw, d: float, roots: np.ndarray, L_first: float):
     """:func:`_masses` with the gradient for one delta (roots 1-d, no padding): the same masses
     with fewer array operations (the optimiser's case)."""
-    K = law.K
+    K, m = law.K, roots.size
     lower_r, upper_r = rank_tails(K, roots)
-    lower = np.concatenate([np.zeros((1, K)), lower_r, np.ones((1, K))])  # at -inf, the roots, +inf
-    upper = np.concatenate([np.ones((1, K)), upper_r, np.zeros((1, K))])
+    lower = np.empty((m + 2, K))  # at -inf, the roots, +inf
+    upper = np.empty((m + 2, K))
+    lower[0], lower[1:-1], lower[-1] = 0.0, lower_r, 1.0
+    upper[0], upper[1:-1], upper[-1] = 1.0, upper_r, 0.0
     edges = np.concatenate([[-np.inf], roots, [np.inf]])
     lo, hi = edges[:-1], edges[1:]
-    rank_mass = np.clip(np.where((lo >= 0)[:, None], upper[:-1] - upper[1:], lower[1:] - lower[:-1]), 0.0, None)
+    rank_mass = np.maximum(np.where((lo >= 0)[:, None], upper[:-1] - upper[1:], lower[1:] - lower[:-1]), 0.0)
     q_first = (L_first - d * Z_LO + 0.5 * d * d) < 0
-    q_above = (np.arange(roots.size + 1) % 2 == 1) ^ q_first
+    odd = _ODD[:m + 1] if m < _ODD.size else np.arange(m + 1) % 2 == 1
+    q_above = ~odd if q_first else odd.copy()
     q_mass = normal_mass_small(lo - d, hi - d)
     # G at the crossings (:func:`_G`, the roots are finite)
     G_roots = -normal_mass_below_small(roots, d) - np.where(roots <= 0, lower_r @ law.eps, -(upper_r @ law.eps))
     G = np.concatenate([[0.0], G_roots, [0.0]])
     residual = np.where(q_above, G[1:] - G[:-1], 0.0)
-    acc = float(np.sum(np.where(q_above, rank_mass @ law.omega, q_mass)))
-    rej = float(np.sum(residual))
-    grad = np.sum(np.where(q_above[:, None], rank_mass, 0.0), axis=0)
-    pieces = PieceMasses(rank_mass, q_mass, np.clip(residual, 0.0, None), q_above)
+    acc = float(np.where(q_above, rank_mass @ law.omega, q_mass).sum())
+    rej = float(residual.sum())
+    grad = np.where(q_above[:, None], rank_mass, 0.0).sum(axis=0)
+    pieces = PieceMasses(rank_mass, q_mass, np.maximum(residual, 0.0), q_above)
     return np.array([min(max(acc, 0.0), 1.0)]), np.array([min(max(rej, 0.0), 1.0)]), grad[None], pieces
 
 
@@ -949,9 +972,7 @@ def hessian(law: RankLaw, delta: float, roots: np.ndarray) -> np.ndarray:
     K = law.K
     if c.size == 0:
         return np.zeros((K, K))
-    r = np.arange(1, K + 1, dtype=np.float64)
-    log_b = law.log_coef + (r - 1) * special.log_ndtr(c)[:, None] + (K - r) * special.log_ndtr(-c)[:, None]
-    cv = curve(law, c, derivatives=1)
+    cv, log_b = _curve_flat(law, c, 1)
     log_q = -0.5 * (c - delta) ** 2 - LOG_SQRT_2PI
     with np.errstate(divide="ignore"):
         log_scale = log_q - 2.0 * cv.L - np.log(np.abs(cv.dL - delta))

@@ -105,34 +105,42 @@ def normal_mass_below(x: ArrayLike, width: ArrayLike) -> np.ndarray:
 
 def normal_mass_small(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """:func:`normal_mass` for a few intervals (1-d float arrays, a <= b, not validated): the same
-    formula per entry, every branch computed for every entry and selected (no boolean
-    scatter; the optimiser's one-delta path, where numpy call overhead dominates)."""
+    formula per entry, each branch some entry needs computed for every entry and selected (no
+    boolean scatter; the optimiser's one-delta path, where numpy call overhead dominates)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         width = b - a
         scale = np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
         narrow = np.isfinite(width) & (width * scale < 0.5)
-        half = np.where(narrow, 0.5 * width, 0.0)
-        mid = np.where(narrow, 0.5 * (b + a), 0.0)
-        nodes = mid[:, None] + half[:, None] * _GL_X[None, :]
-        gauss = half * (np.exp(-0.5 * nodes * nodes - LOG_SQRT_2PI) @ _GL_W)
+        all_narrow = narrow.all()
+        if narrow.any():
+            half = np.where(narrow, 0.5 * width, 0.0)
+            mid = np.where(narrow, 0.5 * (b + a), 0.0)
+            nodes = mid[:, None] + half[:, None] * _GL_X[None, :]
+            gauss = half * (np.exp(-0.5 * nodes * nodes - LOG_SQRT_2PI) @ _GL_W)
+            if all_narrow:
+                return np.minimum(np.maximum(gauss, 0.0), 1.0)
         # tail ratios on the side away from zero: P(lo < Z < hi) for 0 <= lo <= hi
         upper = a >= 0
         lower = b <= 0
         lo = np.where(upper, a, -b)
         hi = np.where(upper, b, -a)
         log_lo, log_hi = special.log_ndtr(-lo), special.log_ndtr(-hi)
-        tail = np.exp(log_lo) * -np.expm1(log_hi - log_lo)
-        middle = 1.0 - special.ndtr(a) - special.ndtr(-b)
-        out = np.where(narrow, gauss, np.where(upper | lower, tail, middle))
-    return np.clip(out, 0.0, 1.0)
+        out = np.exp(log_lo) * -np.expm1(log_hi - log_lo)
+        outer = upper | lower
+        if not outer.all():
+            out = np.where(outer, out, 1.0 - special.ndtr(a) - special.ndtr(-b))
+        if not all_narrow and narrow.any():
+            out = np.where(narrow, gauss, out)
+    return np.minimum(np.maximum(out, 0.0), 1.0)
 
 
 def normal_mass_below_small(x: np.ndarray, width: float) -> np.ndarray:
     """:func:`normal_mass_below` for a few finite points x (1-d) and one width >= 0: the same
-    formula per entry, branches computed for all entries and selected."""
-    scale = np.maximum(1.0, np.abs(x) + width)
-    narrow = width * scale < 0.5
+    formula per entry, the branches some entry needs computed for all entries and selected."""
+    narrow = width * np.maximum(1.0, np.abs(x) + width) < 0.5
+    if not narrow.any():
+        return normal_mass_small(x - width, x)
     half = 0.5 * width
     nodes = (x - half)[:, None] + half * _GL_X[None, :]
     gauss = half * (np.exp(-0.5 * nodes * nodes - LOG_SQRT_2PI) @ _GL_W)
-    return np.where(narrow, gauss, normal_mass_small(x - width, x))
+    return gauss if narrow.all() else np.where(narrow, gauss, normal_mass_small(x - width, x))

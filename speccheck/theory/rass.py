@@ -266,9 +266,11 @@ def _newton_direction(H: np.ndarray, g: np.ndarray, S: np.ndarray) -> np.ndarray
     (H is only rank <= #crossings); the bordered KKT system is scaled by max |H_rr|."""
     idx = np.nonzero(S)[0]
     m = idx.size
-    hs = float(np.abs(np.diag(H)).max()) + 1e-300
+    hs = float(np.abs(H.diagonal()).max()) + 1e-300
     M = np.zeros((m + 1, m + 1))
-    M[:m, :m] = H[np.ix_(idx, idx)] / hs - 1e-9 * np.eye(m)
+    M[:m, :m] = (H if m == H.shape[0] else H[idx][:, idx]) / hs
+    diagonal = np.arange(m)
+    M[diagonal, diagonal] -= 1e-9
     M[:m, m] = M[m, :m] = 1.0
     rhs = np.concatenate([-g[idx] / hs, [0.0]])
     try:
@@ -276,7 +278,7 @@ def _newton_direction(H: np.ndarray, g: np.ndarray, S: np.ndarray) -> np.ndarray
     except np.linalg.LinAlgError:
         sol = np.linalg.lstsq(M, rhs, rcond=None)[0]
     step = np.zeros(H.shape[0])
-    if np.all(np.isfinite(sol)):
+    if np.isfinite(sol).all():
         step[idx] = sol[:m] - sol[:m].sum() / m
     return step
 
@@ -352,10 +354,10 @@ def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
     if shipped is None:
         return None
     grid, table = shipped
-    hi = int(np.clip(np.searchsorted(grid, d, side="right"), 1, grid.size - 1))
+    hi = min(max(int(grid.searchsorted(d, side="right")), 1), grid.size - 1)
     half = TABLE_STENCIL // 2
     nodes = np.arange(max(hi - half, 0), min(hi + half, grid.size))
-    x = float(np.clip(d, grid[0], grid[-1]))
+    x = min(max(float(d), float(grid[0])), float(grid[-1]))
     # Lagrange form: basis_i = prod_{j != i} (x - x_j) / (x_i - x_j) (diagonal factors set to 1)
     nodes_x = grid[nodes]
     diff = nodes_x[:, None] - nodes_x[None, :]
@@ -464,14 +466,14 @@ def _dual_gap(d: float, law: RankLaw, ev: exact.ExactAcceptance, step: np.ndarra
     roots = ev.crossings[0]
     roots = roots[np.isfinite(roots)]
     omega_new = law.omega + step
-    if roots.size == 0 or ev.pieces is None or not np.all(omega_new >= 0.0) or not np.all(np.isfinite(step)):
+    if roots.size == 0 or ev.pieces is None or not (omega_new >= 0.0).all() or not np.isfinite(step).all():
         return np.inf
-    new = law_from_eps(law.eps + step, law.omega + step <= 0.0)
+    new = law_from_eps(law.eps + step, omega_new <= 0.0)
     # one Newton step: F_new(roots) = O(|step|), so the predicted crossings are O(|step|^2) off
     cv = exact.curve(new, roots, derivatives=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         c = roots - (cv.L - d * roots + 0.5 * d * d) / (cv.dL - d)
-    if not (np.all(np.isfinite(c)) and np.all(np.diff(c) > 0) and np.max(np.abs(c - roots)) < 0.1):
+    if not (np.isfinite(c).all() and (c[1:] > c[:-1]).all() and np.abs(c - roots).max() < 0.1):
         return np.inf
     edges = np.concatenate([[-np.inf], c, [np.inf]])
     return max(float(ev.rejection[0]) - set_bound(d, law.K, edges, ev.pieces.q_above), 0.0)

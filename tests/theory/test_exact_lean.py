@@ -47,6 +47,31 @@ def test_curve_matches_the_posterior_formulas(seed):
     np.testing.assert_allclose(exact.curve(law, inner).d2L, fd, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_curve_forms_agree_on_every_branch(seed):
+    # the three forms of L (deviation form where |P - 1| <= 1/2, the direct sum of positive terms
+    # sum omega_r b_r elsewhere, logs where that sum is below DEEP_P), on the scan grid's terms
+    # (convexity_pieces) and from the moment columns (curve), against the per-rank posterior
+    rng = np.random.default_rng(500 + seed)
+    K = int(rng.integers(3, 17))
+    w = rng.dirichlet(np.full(K, 0.5))
+    w[0] = w[-1] = 0.0  # no mass on the extreme ranks: P vanishes like Phi(z) or Phibar(z) in the tails
+    law = exact.law_from_omega(w / w.sum())
+    basis = exact._grid_basis(K, 41.0)
+    dev = basis.b @ law.eps
+    P = basis.b @ law.omega
+    near, deep = np.abs(dev) <= 0.5, P < exact.DEEP_P
+    assert near.sum() >= 10 and (~near & ~deep).sum() >= 10 and deep.sum() >= 10  # every branch taken
+    L, dL = _direct_curve(law, basis.z)
+    for c in (exact._curve_terms(law, basis, 2), exact.curve(law, basis.z)):
+        finite = np.isfinite(L)
+        assert np.array_equal(np.isfinite(c.L), finite)
+        np.testing.assert_allclose(c.L[finite], L[finite], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(c.dL[finite], dL[finite], rtol=1e-9, atol=1e-11)
+    terms, direct = exact._curve_terms(law, basis, 2), exact.curve(law, basis.z)
+    np.testing.assert_allclose(terms.d2L, direct.d2L, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_single_delta_crossings_equal_the_vectorised_search(seed):
     # crossings_one (the solver's path) and crossings_batch (vectorised over delta) find the
