@@ -406,7 +406,7 @@ REGISTRY: dict[str, Artefact] = dict([
            ("speccheck.theory.mcrs_tables:write_minmax_table",)),
     _entry("mcrs-policies", mcrs_policies, ("speccheck/data/mcrs_policies_G64.npz",), "~45 min",
            ("speccheck.verifiers.mcrs:build_policy_data",)),
-    _entry("rass-survey", rass_survey, ("theory/rass_dual_survey.md",), "~9-15 min"),
+    _entry("rass-survey", rass_survey, ("theory/rass_dual_survey.md",), "~4-8 min"),
     _entry("rass-weights", rass_weights, ("speccheck/data/rass_weights.npz",), "~40 min",
            ("speccheck.verifiers.rass:build_weight_data",)),
     _entry("figures", figures, ("figures/*.png", "figures/*.svg", "figures/*.csv", "figures/manifest.json"),

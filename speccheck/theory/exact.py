@@ -38,7 +38,8 @@ deviations eps (the optimiser's variable); weights given as floats near 1/K carr
 rounding (~1e-17 absolute in eps).
 
 Speed (issue 13). The omega-free parts of the curve on the scan grid are computed once per
-(K, grid) (:func:`_grid_basis`); rank sums use moment columns, not (n, K) temporaries; one delta
+(K, grid) (:func:`_grid_basis`), and L there off the deviation form is the direct sum of
+positive terms, not a per-row log-sum-exp; rank sums use moment columns, not (n, K) temporaries; one delta
 (the optimiser's case) takes :func:`crossings_one`, which needs no per-piece bookkeeping, and
 its masses take the branch-selecting normal masses (``normal_mass_small``: same formula per
 entry, fewer numpy calls); the nodes of the scan grid above BASE_SPLIT are built without the
@@ -676,7 +677,6 @@ def crossings_one(law: RankLaw, delta: float, pieces: Pieces | None = None) -> n
     if j.size == 0:
         return np.empty(0)
     lo, hi, f_lo = z[j], z[j + 1], F[j]
-
     half_d2 = 0.5 * d * d
 
     def F_exact(x, active):
