@@ -105,7 +105,7 @@ def _zero_sum(eps: np.ndarray) -> np.ndarray:
     eps = eps.copy()
     j = int(np.abs(eps).argmax())
     for _ in range(2):
-        eps[j] -= math.fsum(eps)
+        eps[j] -= math.fsum(eps.tolist())
     return eps
 
 
@@ -511,11 +511,12 @@ def _newton_fast(fun, lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, x_tol: flo
         f, df, floor = values[:3]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             newton = x - f / df
+            step = newton - x
             tol = x_tol * np.maximum(1.0, np.abs(x))
             flat = np.abs(f) <= floor
-            done = flat | (np.abs(newton - x) <= tol)
+            done = flat | (np.abs(step) <= tol)
             if len(values) > 3:
-                done |= np.abs(values[3]) * (newton - x) ** 2 <= 2.0 * tol * np.abs(df)
+                done |= np.abs(values[3]) * (step * step) <= 2.0 * tol * np.abs(df)
             inside = np.isfinite(newton) & (newton > lo) & (newton < hi)
         if not (inside | flat).all():
             return None

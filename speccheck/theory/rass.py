@@ -360,10 +360,11 @@ def table_start(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
     x = min(max(float(d), float(grid[0])), float(grid[-1]))
     # Lagrange form: basis_i = prod_{j != i} (x - x_j) / (x_i - x_j) (diagonal factors set to 1)
     nodes_x = grid[nodes]
+    diagonal = np.arange(nodes.size)
     diff = nodes_x[:, None] - nodes_x[None, :]
-    np.fill_diagonal(diff, 1.0)
+    diff[diagonal, diagonal] = 1.0
     factors = (x - nodes_x)[None, :] / diff
-    np.fill_diagonal(factors, 1.0)
+    factors[diagonal, diagonal] = 1.0
     omega = np.prod(factors, axis=1) @ table[nodes]
     zero = omega <= 0.0
     omega = np.where(zero, 0.0, omega)
