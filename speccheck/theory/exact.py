@@ -744,15 +744,15 @@ def _bd0(x: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def _loader_constants(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(j, s(n) - s(j) - s(n - j) + log(n / (2 pi j (n - j))) / 2, (j, n - j) concatenated)
+def _loader_constants(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(s(n) - s(j) - s(n - j) + log(n / (2 pi j (n - j))) / 2, then (j, n - j) concatenated)
     for j = 1..n-1 (read-only)."""
     j = np.arange(1, n, dtype=np.float64)
     const = (_stirling_error(np.array([float(n)])) - _stirling_error(j) - _stirling_error(n - j)
              + 0.5 * np.log(n / (2.0 * np.pi * j * (n - j))))
     both = np.concatenate([j, n - j])
-    j.flags.writeable = const.flags.writeable = both.flags.writeable = False
-    return j, const, both
+    const.flags.writeable = both.flags.writeable = False
+    return const, both
 
 
 def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
@@ -766,7 +766,7 @@ def binomial_pmf(n: int, p: np.ndarray, q: np.ndarray, log_p: np.ndarray, log_q:
     p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
     if n == 0:
         return np.ones(p.shape + (1,))
-    _, const, both = _loader_constants(n)
+    const, both = _loader_constants(n)
     # both deviance terms in one call: x = (j, n - j), m = (n p, n q)
     m = np.empty(p.shape + (2 * n - 2,))
     m[..., :n - 1] = (n * p)[..., None]
@@ -828,10 +828,6 @@ class PieceMasses(NamedTuple):
     q_above: np.ndarray
 
 
-_ODD = np.arange(1024) % 2 == 1  # piece i of one delta is on the first piece's side when i is even
-_ODD.flags.writeable = False
-
-
 def _masses_one(law: RankLaw, d: float, roots: np.ndarray, L_first: float):
     """:func:`_masses` with the gradient for one delta (roots 1-d, no padding): the same masses
     with fewer array operations (the optimiser's case)."""
@@ -845,8 +841,7 @@ def _masses_one(law: RankLaw, d: float, roots: np.ndarray, L_first: float):
     lo, hi = edges[:-1], edges[1:]
     rank_mass = np.maximum(np.where((lo >= 0)[:, None], upper[:-1] - upper[1:], lower[1:] - lower[:-1]), 0.0)
     q_first = (L_first - d * Z_LO + 0.5 * d * d) < 0
-    odd = _ODD[:m + 1] if m < _ODD.size else np.arange(m + 1) % 2 == 1
-    q_above = ~odd if q_first else odd.copy()
+    q_above = (np.arange(m + 1) % 2 == 1) ^ q_first
     q_mass = normal_mass_small(lo - d, hi - d)
     # G at the crossings (:func:`_G`, the roots are finite)
     G_roots = -normal_mass_below_small(roots, d) - np.where(roots <= 0, lower_r @ law.eps, -(upper_r @ law.eps))
