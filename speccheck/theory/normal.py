@@ -111,13 +111,13 @@ def normal_mass_small(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         width = b - a
         scale = np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
         narrow = np.isfinite(width) & (width * scale < 0.5)
-        all_narrow = narrow.all()
-        if narrow.any():
+        any_narrow = narrow.any()
+        if any_narrow:
             half = np.where(narrow, 0.5 * width, 0.0)
             mid = np.where(narrow, 0.5 * (b + a), 0.0)
             nodes = mid[:, None] + half[:, None] * _GL_X[None, :]
             gauss = half * (np.exp(-0.5 * nodes * nodes - LOG_SQRT_2PI) @ _GL_W)
-            if all_narrow:
+            if narrow.all():
                 return np.minimum(np.maximum(gauss, 0.0), 1.0)
         # tail ratios on the side away from zero: P(lo < Z < hi) for 0 <= lo <= hi
         upper = a >= 0
@@ -129,7 +129,7 @@ def normal_mass_small(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         outer = upper | lower
         if not outer.all():
             out = np.where(outer, out, 1.0 - special.ndtr(a) - special.ndtr(-b))
-        if not all_narrow and narrow.any():
+        if any_narrow:
             out = np.where(narrow, gauss, out)
     return np.minimum(np.maximum(out, 0.0), 1.0)
 
