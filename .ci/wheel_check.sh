@@ -22,8 +22,8 @@ PY
 speccheck battery --verifier dgrs --suite smoke --no-progress
 cat > test_fixture.py <<'PY'
 def test_dgrs_passes_smoke(speccheck_battery):
-    report = speccheck_battery("dgrs", suite="smoke")
-    assert report.passed
+    outcome = speccheck_battery("dgrs", suite="smoke")
+    assert outcome.verdict == "exact" and outcome.report.passed
 PY
 python -m pytest -q -p no:cacheprovider test_fixture.py
 echo "wheel check: OK"

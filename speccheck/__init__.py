@@ -11,3 +11,13 @@ Subpackages (data flows one way: theory <- verifiers <- sampler <- validation/fi
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["BatteryOutcome", "battery"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first use (torch is heavy)
+    if name in __all__:
+        from speccheck import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'speccheck' has no attribute {name!r}")

@@ -424,21 +424,12 @@ def _rebuild_report(data: Any, what: str) -> Any:
         raise errors.IsolatedCodeError(f"{what}: the battery returned a malformed report ({exc}); no verdict") from None
 
 
-def _raise_if_resource_failure(rep: Any, what: str) -> None:
-    """A MemoryError the battery caught inside a cell is no verdict on the verifier: exit 2."""
-    for r in rep.results:
-        if not r.passed and "raised MemoryError" in (r.note or ""):
-            raise errors.IsolatedCodeError(f"{what} ran out of memory in cell {r.cell} ({r.note}); no verdict")
-
-
 def _evidence(rep: Any) -> tuple[int, int]:
     """(tests, statistical tests) in a report."""
     return len(rep.results), sum(1 for r in rep.results if r.kind == "stat")
 
 
 def _cmd_battery(args: argparse.Namespace) -> int:
-    from speccheck.validation.report import format_kill_matrix, format_report, junit_xml, report_dict
-
     _check_seed(args.seed)
     _check_timeout(args.timeout)
     if args.mutant and not args.mutants:
@@ -456,53 +447,70 @@ def _cmd_battery(args: argparse.Namespace) -> int:
             raise errors.DeviceError(f"--device {args.device}: CUDA is not available on this machine")
     _check_output_file(args.json, "--json")
     _check_output_file(args.junit, "--junit")
-    extra = _battery_extra(args)
-    progress = not args.no_progress and args.suite != "smoke"
-    what = "the mutants" if args.mutants else f"verifier {args.verifier!r}"
-    from speccheck.scale.commands import executor_from, wants_dask
-
     if args.store is not None:
         _check_output_file(args.store, "--store")
-    if wants_dask(args):  # the Dask worker processes isolate the code under test (as for sweeps)
+    extra = _battery_extra(args)
+    progress = not args.no_progress and args.suite != "smoke"
+    if args.mutants:
+        return _cmd_mutants(args, extra, progress)
+    from speccheck.api import battery
+    from speccheck.scale.commands import wants_dask
+
+    dask = wants_dask(args)
+    scheduler = args.scheduler or (os.environ.get("DASK_SCHEDULER_ADDRESS") if dask and args.workers is None else None)
+    outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=progress,
+                      workers=(args.workers or 1) if dask else 1, scheduler=scheduler, timeout=args.timeout,
+                      store=args.store, **{k: v for k, v in extra.items() if k in ("layers", "Ks", "scale")})
+    return _report_outcome(args, outcome)
+
+
+def _report_outcome(args: argparse.Namespace, outcome: Any) -> int:
+    """Print the report and write --json / --junit; the verdict's exit code (no verdict: exit 2
+    with the reason, nothing written)."""
+    from speccheck.validation.report import format_report, junit_xml, report_dict
+
+    if outcome.verdict == "no_verdict":
+        raise errors.IsolatedCodeError(outcome.reason)
+    rep = outcome.report
+    print(format_report(rep, verbose=args.verbose, only_failures=args.failures_only))
+    if args.json:
+        _write_text(args.json, _json_text(report_dict(rep)), "--json")
+    if args.junit:
+        _write_text(args.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + junit_xml(rep), "--junit")
+    return outcome.exit_code
+
+
+def _cmd_mutants(args: argparse.Namespace, extra: dict, progress: bool) -> int:
+    """``battery --mutants``: the suite on every mutant; exit 0 iff every mutant is killed."""
+    from speccheck.scale.commands import executor_from, wants_dask
+    from speccheck.validation.report import format_kill_matrix, report_dict
+
+    what = "the mutants"
+    if wants_dask(args):
         executor = executor_from(argparse.Namespace(workers=args.workers, scheduler=args.scheduler,
                                                     no_progress=not progress), timeout=args.timeout)
         try:
-            value = _battery_units(verifier=args.verifier, suite=args.suite, device=args.device, seed=args.seed,
-                                   mutants=args.mutants, names=args.mutant, extra=extra, executor=executor,
-                                   store=args.store)
+            value = _battery_units(verifier=None, suite=args.suite, device=args.device, seed=args.seed,
+                                   mutants=True, names=args.mutant, extra=extra, executor=executor, store=args.store)
         finally:
             executor.close()
     else:
         value = _isolated("speccheck.cli:_job_battery",
-                          dict(verifier=args.verifier, suite=args.suite, device=args.device, seed=args.seed,
-                               mutants=args.mutants, names=args.mutant, progress=progress, extra=extra,
-                               store=args.store),
+                          dict(verifier=None, suite=args.suite, device=args.device, seed=args.seed, mutants=True,
+                               names=args.mutant, progress=progress, extra=extra, store=args.store),
                           timeout=args.timeout, what=what, device=args.device,
                           preload=("torch", "speccheck.validation.battery"))
-    if args.mutants:
-        raw = value.get("mutants")
-        if not isinstance(raw, dict) or not raw:
-            raise InputError("no mutant was run (the suite has no layer the selected mutants can be tested on)")
-        reports = {str(k): _rebuild_report(v, what) for k, v in raw.items()}
-        empty = [k for k, rep in reports.items() if _evidence(rep)[0] == 0]
-        if empty:
-            raise InputError(f"suite {args.suite!r} ran no test on mutant(s) {empty}; no verdict")
-        print(format_kill_matrix(reports))
-        if args.json:
-            _write_text(args.json, json.dumps({k: report_dict(r) for k, r in reports.items()}, indent=2), "--json")
-        return EXIT_OK if all(not r.passed for r in reports.values()) else EXIT_DEFECT
-    rep = _rebuild_report(value.get("report"), what)
-    _raise_if_resource_failure(rep, what)
-    n_tests, n_stat = _evidence(rep)
-    if n_tests == 0 or (n_stat == 0 and rep.passed):
-        raise InputError(f"suite {args.suite!r} ran {n_tests} tests ({n_stat} statistical) on {args.verifier!r}: "
-                         "no verdict from no evidence; select a suite, layers or K with statistical tests")
-    print(format_report(rep, verbose=args.verbose, only_failures=args.failures_only))
+    raw = value.get("mutants")
+    if not isinstance(raw, dict) or not raw:
+        raise InputError("no mutant was run (the suite has no layer the selected mutants can be tested on)")
+    reports = {str(k): _rebuild_report(v, what) for k, v in raw.items()}
+    empty = [k for k, rep in reports.items() if _evidence(rep)[0] == 0]
+    if empty:
+        raise InputError(f"suite {args.suite!r} ran no test on mutant(s) {empty}; no verdict")
+    print(format_kill_matrix(reports))
     if args.json:
-        _write_text(args.json, json.dumps(report_dict(rep), indent=2), "--json")
-    if args.junit:
-        _write_text(args.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + junit_xml(rep), "--junit")
-    return EXIT_OK if rep.passed else EXIT_DEFECT
+        _write_text(args.json, _json_text({k: report_dict(r) for k, r in reports.items()}), "--json")
+    return EXIT_OK if all(not r.passed for r in reports.values()) else EXIT_DEFECT
 
 
 # --------------------------------------------------------------------------- e2e

@@ -22,6 +22,7 @@ from speccheck.errors import FileFormatError, InputError
 from speccheck.scale.executors import Executor, InProcessExecutor
 from speccheck.scale.store import ResultsStore
 from speccheck.scale.units import Unit, plain, suite_digest
+from speccheck.verifiers.registry import source_digest
 
 if TYPE_CHECKING:
     from speccheck.sampler.experiments import Protocol
@@ -657,6 +658,7 @@ def battery_runs(verifiers: Sequence[str], suite: str, *, device: str = "cpu", s
                  executor: Optional[Executor] = None, store: StoreArg = None) -> dict[str, dict]:
     """The suite on each verifier, one unit per verifier: ``{verifier: report dict}``."""
     spec = _battery_spec(suite, device, seed)
+    spec["verifier_sha"] = {str(v): source_digest(str(v)) for v in verifiers}
     units = [Unit("battery", spec, (str(v),), device=device, fixed_seed=spec["seed"]) for v in verifiers]
     job = f"battery-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}")
     results = run_units(units, job=job, kind="battery", spec=spec, store=store, executor=executor)
@@ -757,8 +759,10 @@ def battery_job(verifier: str, suite: str, *, device: str = "cpu", seed: Optiona
 
     start = time.perf_counter()
     spec = _battery_spec(suite, device, seed, options)
-    spec.update(verifier=str(verifier), family_alpha=float(load_suite(suite).family_alpha))
-    job = name or f"battery-{Path(suite).stem}-{_job_token(verifier)}-seed{spec['seed']}{_options_tag(spec)}"
+    spec.update(verifier=str(verifier), family_alpha=float(load_suite(suite).family_alpha),
+                verifier_sha=source_digest(str(verifier)))
+    job = name or (f"battery-{Path(suite).stem}-{_job_token(verifier)}-seed{spec['seed']}{_options_tag(spec)}"
+                   f"-v{spec['verifier_sha'][:8]}")  # a changed verifier is another job: nothing stale reused
     unit_time = [0.0]
 
     def count(unit: Unit, outcome: dict) -> None:

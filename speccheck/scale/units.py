@@ -248,9 +248,10 @@ def mutant_run(unit: Unit) -> dict:
 
 
 def _battery_context(unit: Unit):  # noqa: ANN202 - (verifier, suite, device, options) of a battery-cell unit
-    from speccheck.validation.battery import load_verifier, resolve_device
+    from speccheck.validation.battery import fresh_verifier, load_verifier, resolve_device
 
-    return (load_verifier(str(unit.identity[0])), _load_suite_checked(unit.spec), resolve_device(unit.device),
+    return (fresh_verifier(load_verifier(str(unit.identity[0]))), _load_suite_checked(unit.spec),
+            resolve_device(unit.device),
             dict(unit.spec.get("options", {})))
 
 

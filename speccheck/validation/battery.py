@@ -28,6 +28,7 @@ failing delta window and K on fresh draws, with an error budget of its own.
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import time
@@ -57,8 +58,9 @@ from speccheck.validation.suites import Suite, load_suite
 from speccheck.validation.trajectory import run_trajectory_checks
 
 __all__ = ["BatteryReport", "TestResult", "assemble_report", "assert_battery_passes", "battery_cells", "check_evidence",
-           "contract_checks", "failures_to_localise", "first_cells", "load_verifier", "localise_report",
-           "per_test_alpha", "plan_battery", "planned_tests", "resolve_layers", "run_battery", "run_cell"]
+           "contract_checks", "failures_to_localise", "first_cells", "fresh_verifier", "load_verifier",
+           "localise_report", "per_test_alpha", "plan_battery", "planned_tests", "resolve_layers", "run_battery",
+           "run_cell"]
 
 # kept for callers of the old private names
 _supports = supports
@@ -81,6 +83,17 @@ def load_verifier(spec: Any) -> Any:
     if not callable(getattr(v, "verify", None)):
         raise LoadError(f"verifier {spec!r} loaded {v!r}, which has no verify method")
     return v
+
+
+def fresh_verifier(verifier: Any) -> Any:
+    """A fresh instance of a loaded verifier for one unit of work (a deep copy; the object itself
+    when it cannot be copied). Every path (API, CLI, Dask units) gives each battery cell its
+    own instance in the same initial state, so state a verifier keeps between calls cannot make
+    the verdict depend on how the cells were scheduled."""
+    try:
+        return copy.deepcopy(verifier)
+    except Exception:  # noqa: BLE001 - an uncopyable verifier (a lock, a handle) is used as it is
+        return verifier
 
 
 def _check_outputs(cell: str, s: torch.Tensor, out: Any, layer: str = "L1") -> tuple[list[TestResult], tuple | None]:
@@ -643,7 +656,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
 
     def cell_results(cell: tuple, plan: dict | None, alpha_t: float) -> tuple[list[TestResult], Any]:
         beat(_cell_label(cell))
-        return run_cell(v, st, cell, plan=plan, base=base, alpha_t=alpha_t, device=dev, scale=scale)
+        return run_cell(fresh_verifier(v), st, cell, plan=plan, base=base, alpha_t=alpha_t, device=dev, scale=scale)
 
     contract: list[TestResult] = []
     trajectory: list[TestResult] | None = None
@@ -652,7 +665,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
             contract = cell_results(cell, None, alpha)[0]
         elif all(r.passed for r in contract):  # L4 only on a verifier that keeps the contract
             trajectory = cell_results(cell, None, alpha)[0]
-    plan = plan_battery(v, st, layers=lay, Ks=Ks, scale=scale)
+    plan = plan_battery(fresh_verifier(v), st, layers=lay, Ks=Ks, scale=scale)
     check_evidence(plan, st, contract, trajectory or [], Ks)
     alpha_t = per_test_alpha(plan, trajectory or [], alpha)
     cells, screens = [], {}
@@ -665,8 +678,9 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
                           trajectory=trajectory, cells=cells)
     failed_stat = failures_to_localise(rep)
     if failed_stat and localise_failures:
-        rep.localisations, notes = localise_report(v, st, plan, failed_stat, screens, base=base, alpha=alpha,
-                                                   alpha_t=alpha_t, device=dev, scale=scale, heartbeat=beat)
+        rep.localisations, notes = localise_report(fresh_verifier(v), st, plan, failed_stat, screens, base=base,
+                                                   alpha=alpha, alpha_t=alpha_t, device=dev, scale=scale,
+                                                   heartbeat=beat)
         rep.notes += notes
     rep.wall_s = time.perf_counter() - t0
     rep.cpu_s = time.process_time() - c0
@@ -675,17 +689,24 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
 
 def assert_battery_passes(verifier: Any, suite: str | Suite = "smoke", *, device: str = "cpu",
                           seed: int | None = None, **options: Any) -> BatteryReport:
-    """Run the battery and fail (AssertionError with the report) if a defect is found.
+    """Run the battery in this process and judge it
+    (:func:`speccheck.validation.verdict.judge`): AssertionError with the report on a defect
+    and on no verdict (no evidence, no power, out of memory); the report when exact.
 
-    The pytest fixture ``speccheck_battery`` returns this function, so a verifier author's
-    CI test is ``def test_mine(speccheck_battery): speccheck_battery("pkg.module:Rule")``.
-    ``options`` go to :func:`run_battery` (``layers``, ``Ks``, ``scale``, ...).
-    """
+    For a verifier object in a test. The pytest fixture ``speccheck_battery`` runs a spec string
+    isolated instead (``speccheck.api.battery``), as the command does. ``options`` go to
+    :func:`run_battery` (``layers``, ``Ks``, ``scale``, ...)."""
     from speccheck.validation.report import format_report
+    from speccheck.validation.verdict import judge
 
-    rep = run_battery(verifier, suite, device=device, seed=seed, **options)
-    if not rep.passed:
-        raise AssertionError("speccheck battery found a defect:\n" + format_report(rep))
+    try:
+        rep = run_battery(verifier, suite, device=device, seed=seed, **options)
+    except DeviceError as exc:
+        raise AssertionError(f"speccheck battery: no verdict: {exc}") from None
+    outcome = judge(rep)
+    if outcome.verdict != "exact":
+        what = "found a defect" if outcome.verdict == "defect" else f"has no verdict ({outcome.reason})"
+        raise AssertionError(f"speccheck battery {what}:\n" + format_report(rep))
     return rep
 
 

@@ -141,3 +141,52 @@ def available() -> dict[str, str]:
         except Exception as exc:  # report, don't crash the listing
             out[name] = f"(entry point {ep.value} failed to load: {exc})"
     return out
+
+
+def _source_files(top: str) -> list[str]:
+    """The files of top-level module ``top`` (every file under a package's folder), found on
+    sys.path and the current directory WITHOUT importing anything."""
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec(top, sys.path + [os.getcwd()])
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        return []
+    if spec.submodule_search_locations:
+        files = []
+        for folder in spec.submodule_search_locations:
+            for root, dirs, names in os.walk(folder):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                files += [os.path.join(root, n) for n in sorted(names) if not n.endswith((".pyc", ".pyo"))]
+        return files
+    return [spec.origin]
+
+
+def source_digest(spec: str) -> str:
+    """SHA-256 (hex, 16 digits) of the source behind verifier ``spec``, computed without importing
+    it: for ``package.module:attr`` and entry points, every file of the top-level package (or the
+    single module file); for built-in names, speccheck's own package. Stored battery results are
+    keyed by it, so a changed verifier never reuses an old verdict. Unfindable source hashes as
+    the spec alone (nothing to compare, so nothing stored is trusted across runs of it)."""
+    import hashlib
+
+    if spec in BUILTIN:
+        top = "speccheck"
+    else:
+        target = spec
+        if ":" not in spec:
+            ep = _entry_points().get(spec)
+            target = ep.value if ep is not None else spec
+        top = target.partition(":")[0].split(".")[0]
+    h = hashlib.sha256(spec.encode())
+    files = _source_files(top) if top else []
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                h.update(path.encode() + b"\0" + fh.read())
+        except OSError:
+            h.update(path.encode() + b"\0unreadable")
+    if not files:
+        import time
+
+        h.update(str(time.time_ns()).encode())  # no source to fingerprint: never a stored match
+    return h.hexdigest()[:16]

