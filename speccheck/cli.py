@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from speccheck import errors
 from speccheck.errors import EXIT_CANNOT_RUN, EXIT_DEFECT, EXIT_OK, InputError, SpeccheckError, UsageError
+from speccheck.scale.commands import THEORY_ALPHA  # false-failure rate of the speed-up's theory check
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -35,6 +36,9 @@ TIMEOUT_SPEEDUP_S = 4 * 3600.0
 TIMEOUT_E2E_CELL_S = 12 * 3600.0
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MEMORY_SHARE = 0.25          # a request whose estimated working set exceeds this share of RAM is refused
+# options naming files or folders a command writes: no two may name the same path
+_OUTPUT_OPTIONS = {"json": "--json", "junit": "--junit", "store": "--store", "out": "--out", "figures": "--figures",
+                   "battery_json": "--battery-json"}
 
 
 # --------------------------------------------------------------------------- option checks
@@ -269,6 +273,9 @@ def _add_speedup(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--L", type=int, default=6, help=f"draft depth, in [1, {MAX_L}]; |V| <= {MAX_TREE_NODES}")
     _add_protocol_args(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--alpha", type=float, default=THEORY_ALPHA,
+                   help="false-failure rate of the theory check: exit 1 when the acceptance calibration z rejects "
+                        f"the verifier's acceptance law (two-sided), in (0, 1) (default {THEORY_ALPHA:g})")
     _add_timeout(p, "speed-up run", TIMEOUT_SPEEDUP_S)
     p.set_defaults(func=_cmd_speedup)
 
@@ -289,6 +296,7 @@ def _speedup_options(args: argparse.Namespace) -> dict:
     if args.eps is not None:
         _check_float(args.eps, "--eps", 0.0, 1.0, low_open=True, high_open=True)
     _check_timeout(args.timeout)
+    _check_float(args.alpha, "--alpha", 0.0, 1.0, low_open=True, high_open=True)
     lazy = nodes > 20_000 if args.lazy is None else args.lazy
     rows = args.K * args.L + 1 if lazy else nodes   # rows realised per round and trajectory
     _check_memory(8.0 * 4 * args.trajectories * rows * 512, f"--trajectories {args.trajectories} with "
@@ -323,6 +331,12 @@ def _cmd_speedup(args: argparse.Namespace) -> int:
               "acceptance", "calibration_z")
     if not isinstance(out, dict) or any(k not in out for k in needed):
         raise errors.IsolatedCodeError("the speed-up run returned an incomplete result; no verdict")
+    from speccheck.scale.jobs import calibration_contradictions, format_contradictions
+
+    cell = {"rule": out["rule"], "K": args.K, "L": args.L, "acceptance": out["acceptance"],
+            "calibration_z": out["calibration_z"]}
+    rejected = calibration_contradictions([cell], args.alpha)
+    out["theory_consistent"] = not rejected
     if args.json:
         print(_json_text(out))
     else:
@@ -333,6 +347,9 @@ def _cmd_speedup(args: argparse.Namespace) -> int:
               f"(z = {out['nfe_z']:+.2f}); acceptance {out['acceptance']:.3f}, calibration z = "
               f"{out['calibration_z']:+.2f}; deterministic steps/trajectory {out.get('det_calls_mean', 0):.0f}")
         print(f"  protocol: {json.dumps(out.get('protocol'))}")
+    if rejected:
+        print(format_contradictions(rejected, args.alpha, 1), file=sys.stdout if not args.json else sys.stderr)
+        return EXIT_DEFECT
     return EXIT_OK
 
 
@@ -799,6 +816,17 @@ def _check_parsed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             raise UsageError(f"{option} needs at least one value")
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: ``--store`` is a file that persists (not '' or ':memory:'), and no two
+    output options name the same file (``--json`` would replace the ``--store`` database)."""
+    from speccheck.scale.commands import check_distinct_outputs, check_store
+
+    if isinstance(getattr(args, "store", None), str):
+        check_store(args.store)
+    check_distinct_outputs({option: getattr(args, dest) for dest, option in _OUTPUT_OPTIONS.items()
+                            if isinstance(getattr(args, dest, None), str)})
+
+
 def _error(command: str, message: str) -> None:
     print(f"speccheck {command}: error: {message}", file=sys.stderr, flush=True)
 
@@ -818,6 +846,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = getattr(args, "command", "?")
     try:
         _check_parsed(parser, args)
+        _check_outputs(args)
         code = args.func(args)
     except SpeccheckError as exc:
         _error(command, str(exc))

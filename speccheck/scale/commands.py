@@ -9,10 +9,11 @@ happen inside the commands, never at registration.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from speccheck.errors import InputError
 
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
 
 DEFAULT_STORE = os.path.join("results", "speccheck.sqlite")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# calibrate --timeout default: one unit is a whole battery run of the suite (the gate suite takes
+# about a minute on a CPU; with --workers 1 the bound applies to each battery cell of it)
+TIMEOUT_CALIBRATION_UNIT_S = 3600.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# the false-failure rate of the theory-vs-measurement verdict of `sweep` and `speedup`: each cell's
+# acceptance calibration z is a two-sided test, Holm's step-down over the cells keeps the
+# family-wise rate at this
+THEORY_ALPHA = 1e-3
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,6 +82,45 @@ def wants_dask(args: argparse.Namespace, default_workers: int = 1) -> bool:
     if args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
     return args.workers > 1
+
+
+def check_store(path: Optional[str], option: str = "--store") -> Optional[str]:
+    """A results store that persists: a file path, never empty or SQLite's in-memory database
+    (``:memory:``, a ``file:`` URI), where a job would run and save nothing."""
+    if path is None:
+        return None
+    if not path.strip() or path == ":memory:" or path.startswith("file:"):
+        raise InputError(f"{option} {path!r} is not a file path (an empty name or ':memory:' stores nothing: the "
+                         "job's units would be lost); give a file such as results/speccheck.sqlite")
+    return path
+
+
+def check_timeout(timeout: float, option: str = "--timeout") -> float:
+    """A finite number of seconds in (0, MAX_TIMEOUT_S]."""
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise InputError(f"{option} must be a finite number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout}")
+    return timeout
+
+
+def check_alpha(alpha: float, option: str = "--alpha") -> float:
+    """A false-failure rate in (0, 1)."""
+    if not (math.isfinite(alpha) and 0 < alpha < 1):
+        raise InputError(f"{option} must be a finite number in (0, 1), got {alpha}")
+    return alpha
+
+
+def check_distinct_outputs(paths: dict[str, Optional[str]]) -> None:
+    """Two options naming the same file (after resolving links and ``..``) would overwrite each
+    other, e.g. ``--json`` replacing the ``--store`` database: InputError naming both."""
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if not isinstance(path, str) or not path:
+            continue
+        resolved = os.path.realpath(path)
+        if resolved in seen:
+            raise InputError(f"{seen[resolved]} and {option} name the same file {path!r}; the second would overwrite "
+                             "the first: give them different paths")
+        seen[resolved] = option
 
 
 def check_name(name: str, option: str = "--name") -> str:
@@ -161,13 +209,20 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
                    help="also write DIR/<name>/summary.csv and summary.md (every cell stored in the sweep)")
     p.add_argument("--convert", default=None, metavar="DIR",
                    help="run nothing: import a legacy CSV sweep folder (trajectories.csv) into the store")
+    p.add_argument("--alpha", type=float, default=THEORY_ALPHA,
+                   help="false-failure rate of the theory check: exit 1 when a cell's acceptance calibration z "
+                        "rejects its verifier's acceptance law (two-sided, Holm over the cells; default "
+                        f"{THEORY_ALPHA:g})")
     add_protocol_args(p)
     add_executor_args(p)
     p.set_defaults(func=cmd_sweep)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """``speccheck sweep``: run the missing cells into the store, then print/write the summary."""
+    """``speccheck sweep``: run the missing cells into the store, then print/write the summary; exit 1
+    when a cell's measured acceptance contradicts its verifier's law (:func:`jobs.calibration_contradictions`)."""
+    check_store(args.store)
+    check_alpha(args.alpha)
     if args.convert:
         from speccheck.scale import jobs
 
@@ -203,6 +258,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         every_cell, _ = jobs.load_sweep(args.store, name)
         jobs.write_summary_files(every_cell, folder)
         print(f"wrote {folder}/summary.csv, summary.md ({len(every_cell)} cells stored in the sweep)")
+    rejected = jobs.calibration_contradictions(rows, args.alpha)
+    if rejected:
+        print(jobs.format_contradictions(rejected, args.alpha, len(rows)))
+        return 1
     return 0
 
 
@@ -223,6 +282,9 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--summarise-only", action="store_true",
                    help="run nothing: summarise the runs already in the store (e.g. after split runs)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the summary and per-run records as JSON")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_CALIBRATION_UNIT_S, metavar="SECONDS",
+                   help="stop and exit 2 when one unit (a battery run; with --workers 1, one battery cell) runs "
+                        f"longer than this (default {TIMEOUT_CALIBRATION_UNIT_S:g} s)")
     add_executor_args(p)
     p.set_defaults(func=cmd_calibrate)
 
@@ -232,25 +294,62 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.seeds < 1 or args.first_seed < 0:
         raise InputError(f"--seeds must be >= 1 and --first-seed >= 0, got {args.seeds}, {args.first_seed}")
     name = check_name(args.name) if args.name else None
-    if not args.summarise_only:
-        from speccheck.scale.executors import BATTERY_MODULES
+    check_store(args.store)
+    check_timeout(args.timeout)
+    check_distinct_outputs({"--store": args.store, "--json": args.json})
+    options = dict(suite=args.suite, verifiers=[str(v) for v in args.verifier], first_seed=args.first_seed,
+                   seeds=args.seeds, device=args.device, store=args.store, name=name, cells=args.cells)
+    from speccheck.scale import jobs
 
-        executor = executor_from(args, modules=BATTERY_MODULES)  # local workers start while this process imports
+    if args.summarise_only:
+        summary = _calibrate(executor=None, run=False, **options)
     else:
-        executor = None
-    try:
-        from speccheck.scale import jobs
+        from speccheck.scale.executors import BATTERY_MODULES, InProcessExecutor
 
-        summary = jobs.calibrate(args.suite, args.verifier, seeds=range(args.first_seed, args.first_seed + args.seeds),
-                                 device=args.device, store=args.store, name=name, executor=executor,
-                                 run=not args.summarise_only, cells=args.cells)
-    finally:
-        if executor is not None:
+        # local workers start while this process imports
+        executor = executor_from(args, timeout=args.timeout, modules=BATTERY_MODULES)
+        try:
+            if isinstance(executor, InProcessExecutor):  # the rules' code runs in a child bounded by --timeout
+                summary = _calibrate_isolated(options, timeout=args.timeout, progress=not args.no_progress)
+            else:  # on Dask the workers isolate it, and the executor bounds each unit by --timeout
+                summary = _calibrate(executor=executor, run=True, **options)
+        finally:
             executor.close()
     print(jobs.format_calibration(summary))
     if args.json:
         jobs.write_json(summary, args.json)
     return 0 if summary["consistent"] else 1
+
+
+def _calibrate(*, suite: str, verifiers: list[str], first_seed: int, seeds: int, device: str, store: Optional[str],
+               name: Optional[str], cells: bool, executor: Optional[Executor], run: bool) -> dict:
+    from speccheck.scale import jobs
+
+    return jobs.calibrate(suite, verifiers, seeds=range(first_seed, first_seed + seeds), device=device, store=store,
+                          name=name, executor=executor, run=run, cells=cells)
+
+
+def _job_calibrate(heartbeat: Callable[[str], None], *, progress: bool, **options: object) -> dict:
+    """Child side of ``speccheck calibrate --workers 1``: the units one after another in this child, a
+    heartbeat at each unit and each battery cell inside one (``--timeout`` bounds a cell)."""
+    from speccheck.scale.executors import InProcessExecutor
+
+    executor = InProcessExecutor(progress=progress, heartbeat=heartbeat)
+    return {"summary": _calibrate(executor=executor, run=True, **options)}
+
+
+def _calibrate_isolated(options: dict, *, timeout: float, progress: bool) -> dict:
+    from speccheck.errors import IsolatedCodeError
+    from speccheck.isolation import run_isolated
+
+    cuda = str(options["device"]).startswith("cuda")
+    value = run_isolated("speccheck.scale.commands:_job_calibrate", {**options, "progress": progress},
+                         timeout=timeout, what=f"the calibration of {', '.join(options['verifiers'])}",
+                         preload=("torch", "speccheck.validation.battery"), memory_fraction=None if cuda else 0.8)
+    summary = value.get("summary")
+    if not isinstance(summary, dict) or "rules" not in summary:
+        raise IsolatedCodeError("the calibration returned no summary; no verdict")
+    return summary
 
 
 # ----------------------------------------------------------------------------- results
@@ -274,6 +373,9 @@ def cmd_results(args: argparse.Namespace) -> int:
     """``speccheck results list|show|export``."""
     from speccheck.scale import results
 
+    check_store(args.store)
+    if args.results_command == "export":
+        check_distinct_outputs({"--store": args.store, "--out": args.out})
     if args.results_command == "list":
         print(results.format_jobs(results.list_jobs(args.store)))
     elif args.results_command == "show":

@@ -28,7 +28,15 @@ if TYPE_CHECKING:  # dask (and torch, through the units) are imported only when 
     from speccheck.scale.units import Unit
 
 OnResult = Callable[["Unit", dict], None]
+# --scheduler: the whole connection (TCP connect, Dask handshake, identity reply) must finish within
+# this many seconds; a port that accepts but does not speak Dask is refused after it (exit 2)
 _CONNECT_TIMEOUT_S = 20
+# --workers bound: local worker processes per core, and the memory one worker holds once it has
+# imported torch and the units' modules (measured ~170 MB resident; 512 MiB leaves room for a unit),
+# of which at most WORKER_MEMORY_SHARE of physical memory may go to the workers together
+WORKERS_PER_CORE = 4
+WORKER_MEMORY_BYTES = 512 * 2**20
+WORKER_MEMORY_SHARE = 0.5
 _STARTUP_S = 120.0  # starting the workers and importing torch there, before the first unit can finish
 # Units are CPU-bound Python: each wake-up of a worker's event-loop thread takes the GIL from the
 # unit. Local clusters run without the statistical profiler (a stack sample every 10 ms) and the
@@ -186,6 +194,7 @@ class DaskExecutor:
         from distributed import Client, LocalCluster
 
         if self.scheduler:
+            check_scheduler(self.scheduler, _CONNECT_TIMEOUT_S)
             try:
                 self._client = Client(self.scheduler, timeout=_CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as exc:
@@ -280,6 +289,64 @@ class DaskExecutor:
         self._client = self._cluster = None
 
 
+def max_workers(cores: Optional[int] = None, memory: Optional[int] = None) -> int:
+    """The most local worker processes ``--workers`` may ask for: ``WORKERS_PER_CORE`` per core,
+    and no more than fit ``WORKER_MEMORY_BYTES`` each into ``WORKER_MEMORY_SHARE`` of physical
+    memory (defaults: this machine's; at least 1)."""
+    from speccheck.isolation import physical_memory_bytes
+
+    cores = cores or os.cpu_count() or 1
+    memory = memory or physical_memory_bytes() or 8 * 2**30
+    return max(1, min(WORKERS_PER_CORE * cores, int(WORKER_MEMORY_SHARE * memory // WORKER_MEMORY_BYTES)))
+
+
+def check_workers(workers: int) -> int:
+    """``workers`` in [1, :func:`max_workers`]; else InputError naming ``--workers`` and the range."""
+    high = max_workers()
+    if not 1 <= workers <= high:
+        raise InputError(f"--workers must be >= 1 and <= {high} on this machine ({WORKERS_PER_CORE} per core x "
+                         f"{os.cpu_count() or 1} cores, and {WORKER_MEMORY_BYTES // 2**20} MiB per worker within "
+                         f"{WORKER_MEMORY_SHARE:.0%} of memory), got {workers}")
+    return workers
+
+
+async def _identify(address: str, connect_s: float) -> dict:
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=connect_s)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
+def check_scheduler(address: str, timeout: float) -> None:
+    """Ask ``address`` who it is, all within ``timeout`` seconds (the TCP connection within half of
+    it): LoadError naming ``--scheduler`` when nothing answers, when what answers does not speak
+    Dask (distributed's own connect waits for the handshake without a bound), or when it is not a
+    scheduler."""
+    import asyncio
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(_identify(address, timeout / 2), timeout))
+    except (asyncio.TimeoutError, TimeoutError):
+        raise LoadError(f"--scheduler {address}: no Dask scheduler answered there within {timeout:g} s (the port "
+                        "accepts connections but did not complete a Dask handshake); check the address, start one "
+                        "with `dask scheduler`") from None
+    except OSError as exc:
+        raise LoadError(f"--scheduler {address}: cannot reach a Dask scheduler there within {timeout / 2:g} s "
+                        f"({type(exc).__name__}); start one with `dask scheduler` and workers with "
+                        "`dask worker tcp://HOST:8786`") from None
+    except Exception as exc:  # noqa: BLE001 - whatever a non-Dask server's bytes make the decoder raise
+        raise LoadError(f"--scheduler {address}: what answers there is not a Dask scheduler (its reply could "
+                        f"not be read: {type(exc).__name__})") from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise LoadError(f"--scheduler {address}: what answers there is not a Dask scheduler (identity "
+                        f"{kind or type(reply).__name__!r}); give the scheduler's address, not a worker's")
+
+
 def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None,
                   progress: bool = False, timeout: Optional[float] = None,
                   modules: Sequence[str] = ALL_MODULES) -> Executor:
@@ -289,8 +356,8 @@ def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None
     bounds each unit on a Dask executor (the in-process one is bounded by its caller);
     ``modules``: what local workers import before their first unit (:data:`SWEEP_MODULES`,
     :data:`BATTERY_MODULES`, default both). Nothing starts until ``start()`` or the first run."""
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
+    if workers is not None:
+        check_workers(workers)
     if scheduler and workers is not None:
         raise InputError("--workers and --scheduler exclude each other (the cluster at --scheduler has its "
                          "own workers)")
@@ -300,7 +367,7 @@ def make_executor(workers: Optional[int] = None, scheduler: Optional[str] = None
         if "://" not in scheduler:
             raise InputError(f"--scheduler takes an address like tcp://HOST:8786, got {scheduler!r}")
         return DaskExecutor(scheduler=scheduler, progress=progress, timeout=timeout, modules=modules)
-    workers = workers if workers is not None else (os.cpu_count() or 1)
+    workers = workers if workers is not None else min(os.cpu_count() or 1, max_workers())
     if workers == 1:
         return InProcessExecutor(progress=progress)
     return DaskExecutor(workers=workers, progress=progress, timeout=timeout, modules=modules)

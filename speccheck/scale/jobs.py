@@ -215,6 +215,40 @@ def _log_cell(log: Log) -> Callable[[Unit, dict], None]:
     return show
 
 
+def calibration_contradictions(rows: Sequence[dict], alpha: float) -> list[dict]:
+    """The cells whose acceptance calibration z contradicts the verifier's acceptance law, by
+    Holm's step-down at family-wise false-failure rate ``alpha`` over the m cells with a z.
+
+    Under the law, z = (accepts - sum_i a_i) / sqrt(sum_i a_i (1 - a_i)) (a_i: the law's acceptance
+    at event i's delta and K) is approximately N(0, 1), so p = P(|Z| >= |z|) = erfc(|z| / sqrt 2).
+    Holm: sort p_(1) <= ... <= p_(m) and reject p_(j) while p_(j) <= alpha / (m - j + 1), i.e.
+    |z| > Phi^-1(1 - alpha / (2 (m - j + 1))); P(any false rejection) <= alpha. A NaN z (no
+    events) is no test; z = +-inf (accepts where the law says 0 or 1, or none where it says 1) has
+    p = 0. Returns the rejected rows with ``calibration_p`` and ``calibration_threshold`` added."""
+    from statistics import NormalDist
+
+    tests = sorted(((math.erfc(abs(z) / math.sqrt(2.0)), row) for row in rows
+                    if not math.isnan(z := float(row.get("calibration_z", math.nan)))), key=lambda t: t[0])
+    rejected = []
+    for j, (p, row) in enumerate(tests):
+        level = alpha / (len(tests) - j)
+        if p > level:
+            break
+        rejected.append({**row, "calibration_p": p, "calibration_threshold": NormalDist().inv_cdf(1 - level / 2)})
+    return rejected
+
+
+def format_contradictions(rejected: Sequence[dict], alpha: float, m: int) -> str:
+    """One line per rejected cell, naming it, its z and the Holm threshold it exceeds."""
+    lines = [f"THEORY CONTRADICTED: {len(rejected)} of {m} cell(s) measure an acceptance their verifier's law rules "
+             f"out (acceptance calibration z, two-sided, Holm over the cells at false-failure rate {alpha:g}):"]
+    for r in rejected:
+        lines.append(f"  {r['rule']} K={r['K']} L={r['L']}: acceptance {r['acceptance']:.4f}, calibration z = "
+                     f"{r['calibration_z']:+.2f}, |z| > {r['calibration_threshold']:.2f} "
+                     f"(p = {r['calibration_p']:.2g})")
+    return "\n".join(lines)
+
+
 def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
               seed: int, *, store: StoreArg = None, name: Optional[str] = None, executor: Optional[Executor] = None,
               threads: int = 1, log: Optional[Log] = None, chunk: Optional[int] = None) -> list[dict]:
@@ -485,13 +519,19 @@ def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], dev
             raise InputError("--summarise-only needs --store (the store holding the runs)")
         if isinstance(store, (str, os.PathLike)) and not os.path.exists(store):
             raise FileFormatError(f"results store {store} does not exist (run `speccheck calibrate --store` first)")
-        st = _open_store(store)
+        st = store if isinstance(store, ResultsStore) else ResultsStore(os.fspath(store), readonly=True)
         try:
-            st.open_job(job, "calibration", spec)
+            if not st.check_job(job, "calibration", spec):
+                raise InputError(f"results store {st.path} holds no calibration {job!r}: no runs to summarise, no "
+                                 "verdict from no evidence (run `speccheck calibrate --store` first, or check --name)")
             records = [u.result for u in st.units(job) if u.result["rule"] in set(map(str, verifiers))]
         finally:
             if st is not store:
                 st.close()
+        missing = [str(v) for v in verifiers if not any(r["rule"] == str(v) for r in records)]
+        if missing:
+            raise InputError(f"results store {st.path}: calibration {job!r} holds no runs of {missing}; no verdict "
+                             "from no evidence (run them first, or drop them from --verifier)")
     return summarise_calibration(records, [str(v) for v in verifiers], family_alpha=family_alpha, suite=suite,
                                  device=device)
 

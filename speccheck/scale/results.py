@@ -23,7 +23,7 @@ EXPORT_FIELDS = ["job", "kind", "unit_key", "identity", "seed", "spec_hash", "co
 def _open(path: str) -> ResultsStore:
     if not os.path.exists(path):
         raise FileFormatError(f"results store {path} does not exist (check --store; jobs write it with --store PATH)")
-    return ResultsStore(path, create=False)
+    return ResultsStore(path, create=False, readonly=True)  # reading only: a read-only store can be read
 
 
 def list_jobs(path: str) -> list[dict]:

@@ -25,6 +25,7 @@ import math
 import os
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -98,26 +99,51 @@ def _refuse(path: str, problem: str) -> FileFormatError:
 class ResultsStore:
     """A results store at ``path`` (created if missing, with its folder)."""
 
-    def __init__(self, path: str, *, create: bool = True) -> None:
+    def __init__(self, path: str, *, create: bool = True, readonly: bool = False) -> None:
         self.path = str(path)
+        self.readonly = readonly
+        if not self.path.strip() or self.path == ":memory:" or self.path.startswith("file:"):
+            raise InputError(f"--store {self.path!r} is not a file path (an empty name or ':memory:' stores nothing); "
+                             "give a file such as results/speccheck.sqlite")
         if os.path.isdir(self.path):
             raise InputError(f"--store {self.path} is a folder; give a file path such as {self.path}/results.sqlite")
         exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
-        if not exists and not create:
+        if not exists and (readonly or not create):
             raise FileFormatError(f"results store {self.path} does not exist (run the job first, or check --store)")
         if exists:
             self._check_header()
         else:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         try:
-            self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            if readonly:
+                self._db = self._connect_readonly()
+            else:
+                self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
             if exists:
                 self._check_integrity()
-            self._init_schema()
+            if readonly:
+                self._check_schema()
+            else:
+                self._init_schema()
         except sqlite3.DatabaseError as exc:
             raise _refuse(self.path, f"cannot be read as SQLite ({exc})") from None
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """Open for reading only (``mode=ro``): a store in a read-only file or folder can be listed,
+        shown and exported. A WAL store whose folder is read-only and whose ``-shm`` file is absent
+        cannot be opened so (SQLite would create the ``-shm``): then it is opened ``immutable``,
+        which is sound because nobody can write in that folder either."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            if os.access(os.path.dirname(os.path.abspath(self.path)), os.W_OK):
+                raise
+        return sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
 
     # ------------------------------------------------------------------ opening
     def _check_header(self) -> None:
@@ -142,6 +168,21 @@ class ResultsStore:
             detail = "; ".join(str(r[0]) for r in rows[:3])
             raise _refuse(self.path, f"is corrupt (quick_check: {detail})")
 
+    def _check_schema(self) -> None:
+        """Read-only: the file is a speccheck store of this schema version (nothing is written)."""
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"meta", "jobs", "units"} <= tables:
+            raise _refuse(self.path, f"is a SQLite file but not a speccheck results store (tables {sorted(tables)})")
+        found = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        self._check_version(found[0] if found else None)
+
+    def _check_version(self, found: Optional[str]) -> None:
+        if found != str(SCHEMA_VERSION):
+            raise FileFormatError(
+                f"results store {self.path} has schema version {found}; this speccheck reads version "
+                f"{SCHEMA_VERSION}. Export it with the speccheck that wrote it (`speccheck results export`), "
+                "or pass another --store")
+
     def _init_schema(self) -> None:
         with self._transaction():
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -153,11 +194,7 @@ class ResultsStore:
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('created_with', ?)", (code_version(),))
             found = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-        if found != str(SCHEMA_VERSION):
-            raise FileFormatError(
-                f"results store {self.path} has schema version {found}; this speccheck reads version "
-                f"{SCHEMA_VERSION}. Export it with the speccheck that wrote it (`speccheck results export`), "
-                "or pass another --store")
+        self._check_version(found)
 
     class _Tx:
         def __init__(self, db: sqlite3.Connection) -> None:
@@ -194,13 +231,25 @@ class ResultsStore:
                 db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?)", (name, kind, canonical_json(spec), digest,
                                                                        time.time()))
                 return digest
+        self._check_spec(name, row, kind, spec, digest)
+        return digest
+
+    def check_job(self, name: str, kind: str, spec: dict) -> bool:
+        """Read-only :meth:`open_job`: False when job ``name`` is absent; True when it holds ``spec``;
+        ``FileFormatError`` naming the differences when it holds another."""
+        row = self._db.execute("SELECT kind, spec, spec_hash FROM jobs WHERE name=?", (name,)).fetchone()
+        if row is None:
+            return False
+        self._check_spec(name, row, kind, spec, spec_hash(spec))
+        return True
+
+    def _check_spec(self, name: str, row: tuple, kind: str, spec: dict, digest: str) -> None:
         old_kind, old_spec, old_hash = row
         if old_kind != kind or old_hash != digest:
             diff = _spec_diff(json.loads(old_spec), spec) if old_kind == kind else {"kind": (old_kind, kind)}
             raise FileFormatError(
                 f"results store {self.path} holds {old_kind} job {name!r} with another spec (stored, asked): "
                 f"{diff}; use another --name (or --store) for the new spec, or rerun with the stored one")
-        return digest
 
     def job(self, name: str) -> dict:
         """``{name, kind, spec, spec_hash, created_at, units}``; ``LoadError``-like ``InputError`` if absent."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 
 from speccheck.validation.results import LAYERS, BatteryReport, TestResult
@@ -138,6 +139,16 @@ def write_json(rep: BatteryReport, path: str) -> None:
         json.dump(report_dict(rep), fh, indent=2)
 
 
+# characters XML 1.0 does not allow in a document, even escaped (its Char production)
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_legal(text: str) -> str:
+    """``text`` with each character XML 1.0 forbids written as a visible ``\\xNN`` / ``\\uNNNN``."""
+    return _XML_ILLEGAL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                            else f"\\u{ord(m.group()):04x}", text)
+
+
 def junit_xml(rep: BatteryReport) -> str:
     """JUnit XML: one testsuite per battery run, one testcase per (cell, test)."""
     fails = len(rep.failures)
@@ -162,7 +173,7 @@ def junit_xml(rep: BatteryReport) -> str:
             ET.SubElement(tc, "system-out").text = msg
     for loc in rep.localisations:
         ET.SubElement(props, "property", name="localisation", value=loc.describe())
-    return ET.tostring(suite, encoding="unicode")
+    return _xml_legal(ET.tostring(suite, encoding="unicode"))  # names come from user code: any characters
 
 
 def write_junit(rep: BatteryReport, path: str) -> None:
