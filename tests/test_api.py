@@ -1,0 +1,117 @@
+"""speccheck.battery: one verdict and one report whatever the path (in this process, an isolated
+child, Dask workers, the command, the pytest fixture), stored verdicts never reused for changed
+code, and the run-time failures mapped to the exit-code contract."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+import speccheck
+from speccheck import cli
+from speccheck.errors import InputError
+from speccheck.validation.report import report_dict
+from tests.cli_support import run_cli, tiny_suite_text, write_suite
+
+TIMINGS = ("wall_s", "cpu_s")
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """delta = 1, K = 1, 2 (2048 draws), the contract, the wrapper at d = 1, 2 and one continuous K."""
+    extra = ("[wrapper]\ndims = [1, 2]\nn = 512\nK = 2\ndeltas = [0.5]\n"
+             "[continuous]\nK = [3]\nedges = [1e-3, 1.0, 4.0]\nn = 512\ndeclared_deltas = 1\ndeclared_rows = 128\n")
+    return write_suite(tmp_path_factory.mktemp("api"), tiny_suite_text("api", extra=extra))
+
+
+def _plain(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k not in TIMINGS}
+
+
+@pytest.mark.parametrize("rule", ["dgrs", "tests.api_rules:StaleK"])
+def test_every_path_gives_the_same_verdict_and_report(suite, rule, tmp_path, capsys):
+    isolated = speccheck.battery(rule, suite)
+    here = speccheck.battery(rule, suite, isolate=False)
+    dask = speccheck.battery(rule, suite, workers=2)
+    code, _, err = run_cli(["battery", "--verifier", rule, "--suite", suite, "--json", str(tmp_path / "r.json"),
+                            "--no-progress"], capsys)
+    command = json.loads((tmp_path / "r.json").read_text())
+    assert isolated.verdict == here.verdict == dask.verdict
+    assert code == isolated.exit_code, err
+    want = _plain(isolated.report.to_dict())
+    assert _plain(here.report.to_dict()) == want
+    assert _plain(dask.report.to_dict()) == want
+    assert _plain(command) == _plain(json.loads(cli._json_text(report_dict(isolated.report))))
+    if rule == "dgrs":
+        assert isolated.verdict == "exact" and code == 0
+    else:  # its continuous cell mixes K in one instance: the stale table shows there, on every path
+        assert isolated.verdict == "defect" and code == 1
+
+
+def test_the_fixture_judges_like_the_command(suite, speccheck_battery):
+    outcome = speccheck_battery("dgrs", suite=suite)
+    assert outcome.verdict == "exact"
+    with pytest.raises(AssertionError, match="found a defect"):
+        speccheck_battery("tests.api_rules:Biased", suite=suite)
+    with pytest.raises(AssertionError, match="no verdict: no power"):
+        speccheck_battery("dgrs", suite=suite, scale=1e-6)
+
+
+def test_an_exception_in_verify_is_a_defect_and_out_of_memory_no_verdict(suite, capsys):
+    for path in ({}, {"isolate": False}, {"workers": 2}):
+        raised = speccheck.battery("tests.api_rules:RaisesOnSmallBatches", suite, **path)
+        assert raised.verdict == "defect" and raised.exit_code == 1, (path, raised.reason)
+        oom = speccheck.battery("tests.api_rules:OutOfMemoryInWrapper", suite, **path)
+        assert oom.verdict == "no_verdict" and oom.exit_code == 2 and "out of memory" in oom.reason, path
+    code, _, err = run_cli(["battery", "--verifier", "tests.api_rules:OutOfMemoryInWrapper", "--suite", suite,
+                            "--no-progress"], capsys)
+    assert code == 2 and "out of memory" in err
+    code, out, _ = run_cli(["battery", "--verifier", "tests.api_rules:RaisesOnSmallBatches", "--suite", suite,
+                            "--no-progress"], capsys)
+    assert code == 1 and "contract:no-exception" in out
+
+
+def test_a_run_without_power_has_no_verdict(suite, capsys):
+    weak = speccheck.battery("dgrs", suite, scale=1e-6)
+    assert weak.verdict == "no_verdict" and "no power" in weak.reason and weak.report is not None
+    assert max(weak.layer_mdd.values()) > 0.25
+    code, _, err = run_cli(["battery", "--verifier", "dgrs", "--suite", suite, "--scale", "1e-6", "--no-progress"],
+                           capsys)
+    assert code == 2 and "no power" in err and "raise --scale" in err
+
+
+def test_a_changed_verifier_never_reuses_a_stored_verdict(suite, tmp_path, monkeypatch, capsys):
+    rule = tmp_path / "myrule_api.py"
+    source = textwrap.dedent("""
+        from speccheck.verifiers.dgrs import DGRS
+
+        class Rule(DGRS):
+            name = "mine"
+            SHIFT = 0.0
+
+            def verify(self, delta, s, generator=None):
+                s_out, acc, idx = super().verify(delta, s, generator)
+                return s_out + self.SHIFT * (~acc), acc, idx
+    """)
+    rule.write_text(source)
+    monkeypatch.chdir(tmp_path)
+    store = str(tmp_path / "store.sqlite")
+    argv = ["battery", "--verifier", "myrule_api:Rule", "--suite", suite, "--store", store, "--no-progress"]
+    assert run_cli(argv, capsys)[0] == 0
+    rule.write_text(source.replace("SHIFT = 0.0", "SHIFT = 0.5"))  # the residual is now biased
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 1 and "FAIL" in out
+
+
+def test_bad_options_raise_before_anything_runs(suite):
+    for bad in ({"scale": 0}, {"seed": -1}, {"timeout": float("nan")}, {"workers": 0}, {"layers": ["L9"]},
+                {"Ks": [0]}, {"workers": 2, "scheduler": "tcp://127.0.0.1:1"}):
+        with pytest.raises(InputError):
+            speccheck.battery("dgrs", suite, **bad)
+    from speccheck.verifiers.dgrs import DGRS
+
+    with pytest.raises(InputError, match="isolate=False"):
+        speccheck.battery(DGRS(), suite)
+    assert speccheck.battery(DGRS(), suite, isolate=False).verdict == "exact"
