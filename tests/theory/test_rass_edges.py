@@ -138,3 +138,15 @@ def test_relative_gap_property():
     assert sol.relative_gap == pytest.approx(sol.gap / sol.rejection)
     assert math.isfinite(sol.relative_gap)
     assert rank_weight_solution(0.0, 4).relative_gap == 0.0
+
+
+def test_theory_table_reports_the_relative_gap():
+    from speccheck.theory.table import theory_table
+
+    (row,) = theory_table([1e-14], [64], mcrs_G=None)
+    sol = certified_rank_weights(1e-14, 64, max_rounds=2)
+    assert row["rass_rejection"] == sol.rejection and row["rass_certified_gap"] == sol.gap
+    assert row["rass_relative_gap"] == sol.relative_gap > 1e-6
+    assert "certified gap" in row["note"] and "of min(A, 1 - A)" in row["note"]
+    (row,) = theory_table([1e-300], [8], mcrs_G=None)
+    assert row["rass_relative_gap"] <= 1e-10 and row["rass_rejection"] <= _dgrs_rejection(1e-300, 8)
