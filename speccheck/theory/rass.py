@@ -32,6 +32,19 @@ where q and p_omega are nearly tangent (|F'| ~ 1e-6, K = 16 at delta ~ 0.03) is 
 delta ~ 5.4; the polish then leaves that rank's piece out of the set). Every set gives a valid
 bound, evaluated exactly; the polish only chooses a better one.
 
+Small delta (all K; ``rass_certificate``): where 1 - A ~ delta c_K is far below the absolute
+precision of those certificates (~1e-16; 1 - A ~ 1e-18 at delta = 1e-14, ~1e-303 at 1e-300),
+Markov's bound ``markov_lower_bound`` (1 - A* >= Q(S) - Phi(S) on the set between the zeros of
+U_n(1 - 2 Phi(z)), exactly, from any delta) certifies with RELATIVE precision, and the weights
+1/K + delta e* interpolating Phi^-1 at those points (``markov_solution``) attain it to O(delta):
+at delta <= 1e-9 they are the answer where certified to 1e-10 relative (no solver runs: K <= 16
+down to delta = 1e-300, where the Newton solver stalls at uniform weights, worse than D-GRS);
+elsewhere at delta <= 1e-3 the bound tightens the solver's gap and the weights replace the
+solver's where better (``with_markov_bound``). Subnormal delta: the better of uniform weights and
+those (``closed_form_solution``). The reported A and 1 - A are re-evaluated by the path of
+``acceptance_rass(delta, K, deviation=...)`` (``rass_certificate.evaluated``) and the gap allows
+for the evaluator's rounding (``evaluation_floor``), so the numbers are those of the returned weights.
+
 Stopping (K <= 16): the gap is <= GAP_TOL = 1e-12 absolute AND either <= 1e-12 min(1, A, 1 - A),
 or the Newton model's predicted gain is <= VALUE_TOL = 1e-12 min(1, A, 1 - A), so A and 1 - A
 keep their relative precision (from the exact evaluation at the returned weights) where a
@@ -43,6 +56,7 @@ calls, so two processes give identical weights in any call order.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -59,7 +73,10 @@ from speccheck.theory.rass_certificate import (
     RankWeightSolution,
     certificate,
     closed_form_solution,
+    evaluated,
+    markov_solution,
     set_margins,
+    with_markov_bound,
 )
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
@@ -175,8 +192,11 @@ def residual_intervals(delta: float, K: int, omega: ArrayLike) -> list[ResidualI
 
 # ----------------------------------------------------------------- exact acceptance at fixed omega
 def _fixed(d: np.ndarray, K: int, w: np.ndarray) -> exact.ExactAcceptance:
+    return _fixed_law(d, law_from_omega(w))
+
+
+def _fixed_law(d: np.ndarray, law: RankLaw) -> exact.ExactAcceptance:
     flat = d.ravel()
-    law = law_from_omega(w)
     zero = flat == 0.0
     acc = np.empty(flat.size)
     rej = np.empty(flat.size)
@@ -197,31 +217,60 @@ def _delta_zero(law: RankLaw) -> tuple[float, float]:
     return float(res.acceptance[0]), float(res.rejection[0])
 
 
-def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str) -> np.ndarray | float:
-    """``field`` ("acceptance" or "rejection") of RASS at the optimal weights (omega None) or at
-    ``omega``, per delta; a float for scalar delta."""
+def check_deviation(deviation: ArrayLike, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """(eps, zero) from weights given as deviations eps = omega - 1/K (``RankWeightSolution.deviation``):
+    finite, length K, summing to 0 within 1e-9, every 1/K + eps_r >= -1e-9; ranks with
+    1/K + eps_r <= 1e-15 are weight 0 (eps_r = -1/K)."""
+    try:
+        eps = np.asarray(deviation, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"deviation must be a vector of length {K}, got deviation={deviation!r}") from exc
+    if eps.shape != (K,) or not np.all(np.isfinite(eps)):
+        raise InputError(f"deviation must be a finite vector of shape ({K},) for K={K}, got shape {eps.shape}")
+    if abs(math.fsum(eps.tolist())) > 1e-9 or np.any(1.0 / K + eps < -1e-9):
+        raise InputError(f"deviation must sum to 0 with 1/K + deviation >= 0 (weights omega = 1/K + deviation), "
+                         f"got deviation={eps.tolist()}")
+    zero = 1.0 / K + eps <= 1e-15
+    return np.where(zero, -1.0 / K, eps), zero
+
+
+def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str,
+               deviation: ArrayLike | None = None) -> np.ndarray | float:
+    """``field`` ("acceptance" or "rejection") of RASS at the optimal weights (omega and deviation
+    None), at ``omega`` or at 1/K + ``deviation``, per delta; a float for scalar delta."""
     d = check_delta(delta)
     K = check_K(K)
-    if omega is None:
+    if omega is not None and deviation is not None:
+        raise InputError("give omega or deviation, not both")
+    if deviation is not None:
+        out = getattr(_fixed_law(d, law_from_eps(*check_deviation(deviation, K))), field)
+    elif omega is None:
         out = np.vectorize(lambda x: getattr(_solution(float(x), K), field), otypes=[np.float64])(d)
     else:
         out = getattr(_fixed(d, K, check_omega(omega, K)), field)
     return float(out) if d.ndim == 0 else out
 
 
-def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> np.ndarray | float:
+def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
+                    deviation: ArrayLike | None = None) -> np.ndarray | float:
     """integral min(q, p_omega), exact (crossings and closed-form masses, no quadrature), for
     delta of any shape; omega=None uses the certified optimal weights at each delta.
 
     delta finite >= 0 (beyond 80 every acceptance is < 1e-340 and 0 is returned); K in 1..128;
-    omega a probability vector of length K. Returns a float for scalar delta."""
-    return _per_delta(delta, K, omega, "acceptance")
+    omega a probability vector of length K, or ``deviation`` = omega - 1/K (e.g.
+    ``rank_weight_solution(...).deviation``: the weights exactly as the solver returns them; a
+    float omega near 1/K carries ~1e-17 of rounding per weight, which moves a tiny 1 - A, e.g.
+    by 20% at delta = 1e-14, K = 16). Returns a float for scalar delta."""
+    return _per_delta(delta, K, omega, "acceptance", deviation)
 
 
-def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None) -> np.ndarray | float:
-    """1 - acceptance_rass(delta, K, omega), computed directly (keeps ~1e-12 relative precision
-    when it is tiny, e.g. ~1e-13 at delta = 1e-12)."""
-    return _per_delta(delta, K, omega, "rejection")
+def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
+                   deviation: ArrayLike | None = None) -> np.ndarray | float:
+    """1 - acceptance_rass(delta, K, omega, deviation=deviation), computed directly (keeps ~1e-12
+    relative precision when it is tiny, e.g. ~1e-13 at delta = 1e-12, for weights near uniform;
+    weights with deviations |eps| >> 1 - A carry ~ulp(|eps|) absolute, see
+    ``RankWeightSolution``)."""
+    return _per_delta(delta, K, omega, "rejection", deviation)
 
 
 # ----------------------------------------------------------------- certified optimal weights
@@ -644,15 +693,27 @@ def _large_k_solution(d: float, K: int, max_rounds: int | None = None) -> RankWe
     return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
 
 
-@functools.lru_cache(maxsize=4096)
-def _solution(d: float, K: int) -> RankWeightSolution:
+def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True) -> RankWeightSolution:
+    """Closed form; else the small-delta weights of ``markov_solution`` where they are certified
+    to MARKOV_GAP relative; else the solver for K (``max_iter``: its budget), its gap tightened
+    (and its weights replaced where better) by ``with_markov_bound``."""
     closed = closed_form_solution(d, K)
     if closed is not None:
-        sol = closed
-    elif K > LARGE_K:
-        sol = _large_k_solution(d, K)
-    else:
-        sol = _optimise(d, K, MAX_ITER)
+        return closed
+    if K > LARGE_K:  # rass_dual applies the Markov steps itself
+        from speccheck.theory.rass_dual import MAX_ROUNDS
+
+        return _large_k_solution(d, K, None if max_iter is None else min(max(max_iter, 1), MAX_ROUNDS))
+    markov = markov_solution(d, K, only_certified=True)
+    if markov is not None:
+        return evaluated(d, markov)
+    sol = _optimise(d, K, MAX_ITER if max_iter is None else max_iter, use_table=use_table)
+    return evaluated(d, with_markov_bound(d, K, sol))
+
+
+@functools.lru_cache(maxsize=4096)
+def _solution(d: float, K: int) -> RankWeightSolution:
+    sol = _solve(d, K)
     _SOLVED.add((d, K))
     return sol
 
@@ -663,7 +724,8 @@ _SOLVED: set = set()  # (delta, K) solved to the gap in this process (answers bu
 def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -> RankWeightSolution:
     """Certified optimal RASS weights at one delta (finite >= 0; K in 1..128): weights, exact
     acceptance and rejection, optimality gap and the upper bound beside it. K <= 16: the Newton
-    solver, gap <= 1e-12 absolute (a 2000-delta scan per K); above, the LP-duality solver of
+    solver, gap <= 1e-12 absolute (a 2000-delta scan per K), and <= 1e-10 relative to 1 - A at
+    delta <= 1e-9 (``relative_gap``: Markov's bound, module doc); above, the LP-duality solver of
     :mod:`speccheck.theory.rass_dual` (gap <= 1e-12 on every cell measured:
     ``theory/rass_dual_survey.md``; the reported gap is what is certified). ``max_iter`` caps
     the solver's iterations (an anytime answer: acceptance is achieved by the returned weights,
@@ -674,21 +736,10 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
     if max_iter is not None:
         if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
             raise InputError(f"max_iter must be an integer >= 0 or None, got max_iter={max_iter!r}")
-        if (d, K) in _cached_keys():
-            sol = _solution(d, K)
-        else:
-            sol = closed_form_solution(d, K) or _budgeted(d, K, max_iter)
+        sol = _solution(d, K) if (d, K) in _cached_keys() else _solve(d, K, max_iter)
     else:
         sol = _solution(d, K)
     return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
-
-
-def _budgeted(d: float, K: int, max_iter: int) -> RankWeightSolution:
-    if K <= LARGE_K:
-        return _optimise(d, K, max_iter)
-    from speccheck.theory.rass_dual import MAX_ROUNDS
-
-    return _large_k_solution(d, K, max_rounds=min(max(max_iter, 1), MAX_ROUNDS))
 
 
 def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
@@ -697,10 +748,7 @@ def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
     content); not cached."""
     d = float(check_delta(delta))
     K = check_K(K)
-    closed = closed_form_solution(d, K)
-    if closed is not None:
-        return closed
-    return _large_k_solution(d, K) if K > LARGE_K else _optimise(d, K, MAX_ITER, use_table=False)
+    return _solve(d, K, use_table=False)
 
 
 def _cached_keys() -> set:

@@ -5,6 +5,8 @@ its own so that both import it and neither imports the other's caller."""
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -12,9 +14,16 @@ from scipy import special
 
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW
-from speccheck.theory.normal import log_phi, normal_mass, normal_mass_small
+from speccheck.theory.normal import log_phi, normal_mass, normal_mass_below, normal_mass_small
 
 MAXIMIN_STEPS = 8  # Newton steps of maximin_set_bound
+SUBNORMAL_DELTA = float(np.finfo(np.float64).tiny)  # 2.2e-308
+MARKOV_DELTA = 1e-3  # with_markov_bound tightens gaps at and below this delta (the bound: O(delta) relative)
+MARKOV_CANDIDATE_DELTA = 1e-6  # ... and offers markov_solution's weights at and below this one
+MARKOV_CERTIFIED_DELTA = 1e-9  # markov_solution(only_certified=True) is tried at and below this one
+EVAL_ULPS = 0.25  # evaluation_floor's ulps per crossing
+MARKOV_GAP = 1e-10  # markov_solution's gap (relative to 1 - A) that makes it the answer (no solver runs)
+_GL16_X, _GL16_W = np.polynomial.legendre.leggauss(16)
 ACTIVE_SET_CHANGES = 8  # ranks entering or leaving the active set per step, at most
 LINE_SEARCH = 12  # step halvings of maximin_set_bound
 
@@ -22,13 +31,19 @@ LINE_SEARCH = 12  # step halvings of maximin_set_bound
 class RankWeightSolution(NamedTuple):
     """Optimal RASS weights with their certificate.
 
-    omega: the weights; acceptance, rejection: A and 1 - A at omega (exact); gap: the smallest
-    certified bound on the true optimum minus acceptance (Frank-Wolfe gap max_r g_r - g . omega,
-    piecewise certificate, set bounds; see the module doc);
-    upper_bound = acceptance + gap; deviation: omega - 1/K as the solver holds it (precise at
-    tiny delta); crossings of q and p_omega; iterations of the solver.
+    deviation: the weights as the solver holds them, omega - 1/K (exact; ranks of weight 0 have
+    -1/K); omega: 1/K + deviation rounded to float64 (its ~1e-17 per weight moves a tiny 1 - A:
+    e.g. 20% at delta = 1e-14, K = 16, and at delta <~ 1e-16 it cannot differ from uniform);
+    acceptance, rejection: A and 1 - A at 1/K + deviation, exactly as
+    ``acceptance_rass(delta, K, deviation=deviation)`` evaluates them (closed-form masses: ~1e-14
+    relative where the deviations are of the order of 1 - A, else ~(crossings) ulp(sum |deviation|)
+    absolute, e.g. 5e-6 relative at K = 128, delta = 5e-7, where weights of 0 sit beside 1 - A ~ 4e-11;
+    the gap allows for it); gap: a certified upper bound on (claimed 1 - A) - (optimal 1 - A),
+    = A* - A (Frank-Wolfe gap max_r g_r - g . omega, piecewise certificate, set and LP-dual
+    bounds, and Markov's bound, which keeps relative precision where 1 - A ~ 1e-300; see the
+    solver modules); relative_gap: gap / min(A, 1 - A), the gap relative to the smaller of A
+    and 1 - A; upper_bound = acceptance + gap; crossings of q and p_omega; iterations of the solver.
     """
-
     omega: np.ndarray
     acceptance: float
     rejection: float
@@ -37,6 +52,12 @@ class RankWeightSolution(NamedTuple):
     deviation: np.ndarray
     crossings: np.ndarray
     iterations: int
+
+    @property
+    def relative_gap(self) -> float:
+        """gap / min(acceptance, rejection) (0 where the gap is 0)."""
+        scale = min(self.acceptance, self.rejection)
+        return 0.0 if self.gap == 0.0 else (self.gap / scale if scale > 0.0 else float("inf"))
 
     @property
     def lp_value(self) -> float:
@@ -109,7 +130,8 @@ def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
 
 def closed_form_solution(d: float, K: int) -> RankWeightSolution | None:
     """The optimum where it is known in closed form: delta = 0 (uniform weights, A = 1), K = 1
-    (RMC: A = 2 Phi(-delta / 2)), delta > DELTA_UNDERFLOW (A < 1e-340: the top rank); else None."""
+    (RMC: A = 2 Phi(-delta / 2)), delta > DELTA_UNDERFLOW (A < 1e-340: the top rank), subnormal
+    delta (:func:`_subnormal_solution`); else None."""
     if d == 0.0 or K == 1:
         omega = np.full(K, 1.0 / K)
         if d == 0.0:
@@ -121,7 +143,182 @@ def closed_form_solution(d: float, K: int) -> RankWeightSolution | None:
         omega = np.zeros(K)
         omega[-1] = 1.0
         return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
+    if d < SUBNORMAL_DELTA:
+        return _subnormal_solution(d, K)
     return None
+
+
+def _subnormal_solution(d: float, K: int) -> RankWeightSolution:
+    """delta subnormal (< 2.2e-308; every 1 - A is below 1e-308, where float64 has lost its relative
+    precision and no solver's arithmetic means anything): the better in 1 - A of uniform weights
+    (p = phi: 1 - A = P(-delta/2 < Z < delta/2), as RMC) and :func:`markov_solution`; the gap
+    from :func:`markov_lower_bound` (at most 1 - A)."""
+    rej = float(normal_mass(-0.5 * d, 0.5 * d))
+    sol = RankWeightSolution(np.full(K, 1.0 / K), 1.0 - rej, rej, rej, 1.0, np.zeros(K), np.array([0.5 * d]), 0)
+    markov = markov_solution(d, K)
+    if markov is not None and markov.rejection < rej:
+        sol = markov
+    gap = min(sol.rejection, max(sol.rejection - markov_lower_bound(d, K), 0.0) + 64.0 * 2.0 ** -52 * sol.rejection)
+    return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
+
+
+@functools.lru_cache(maxsize=256)
+def markov_edges(K: int) -> np.ndarray:
+    """z_k = Phi^-1(u_k), u_k = (1 - cos(k pi / (n + 1))) / 2, k = 1..n (the zeros of the
+    Chebyshev polynomial U_n(1 - 2u)), n = K for odd K and K + 1 for even K (n odd). Each with
+    relative precision: u_k = sin^2(k pi / (2 (n + 1))) from the lower tail, z_{n+1-k} = -z_k
+    (the middle z = 0 exactly). Read-only."""
+    n = K if K % 2 else K + 1
+    k = np.arange(1, (n - 1) // 2 + 1, dtype=np.float64)
+    lower = special.ndtri(np.sin(0.5 * k * np.pi / (n + 1)) ** 2)
+    out = np.concatenate([lower, [0.0], -lower[::-1]])
+    out.flags.writeable = False
+    return out
+
+
+def markov_lower_bound(d: float, K: int) -> float:
+    """A lower bound on 1 - A* with RELATIVE precision at any delta > 0 (also where 1 - A* ~ 1e-300):
+    L = Q(S) - Phi(S), S = the cells (z_{2i-1}, z_{2i}] and (z_n, inf) between the points of
+    :func:`markov_edges` (y = 1 there, 0 on the others, y = 0 on the first cell).
+
+    Why it bounds: weak duality gives 1 - A* >= int y (q - phi) - max_r int y (p_r - phi) for any
+    y in [0, 1]. In u = Phi(z), p_r dz = b_r(u) du with b_r a polynomial of degree K - 1 < n, and
+    sign(U_n(1 - 2u)) is orthogonal on [0, 1] to every polynomial of degree < n (Markov; U_n's
+    sign changes at its zeros u_k), so int y p_r = int_S b_r du = 1/2 = int y phi for every rank:
+    the max term is exactly 0 (at the exact z_k; at the float z_k it is ~1e-16, so the bound is
+    taken as the exact-edge L less the edges' rounding effect on it, not as weak duality at the
+    float edges) and L = int_S (q - phi) = sum over S's cells of
+    int_cell (q - phi), each from the deviation q / phi - 1 (no
+    cancellation with 1; 16 ulp of their magnitudes allowed). As delta -> 0 it is tight where the optimum's weights are
+    1/K + delta e* with e* interpolating Phi^-1 at the u_k (:func:`markov_deviation`) and
+    omega >= 0 does not bind."""
+    if not d > 0.0:
+        return 0.0
+    z = markov_edges(K)
+    # S's bounded cells (z_1, z_2], (z_3, z_4], ...: int (q - phi) = int phi (e^{delta z - delta^2/2} - 1)
+    # by 16-point Gauss-Legendre (cells of width <~ 1, an entire integrand: exact to rounding),
+    # each with relative precision; the last, (z_n, inf): P(z_n - delta < Z < z_n)
+    a, b = z[0:-1:2], z[1::2]
+    half = 0.5 * (b - a)
+    nodes = 0.5 * (a + b)[:, None] + half[:, None] * _GL16_X[None, :]
+    with np.errstate(over="ignore"):
+        cells = half * ((np.exp(log_phi(nodes)) * np.expm1(d * nodes - 0.5 * d * d)) @ _GL16_W)
+    terms = np.concatenate([cells, normal_mass_below(z[-1:], d)])
+    if not np.all(np.isfinite(terms)):
+        return 0.0
+    # the edges are z_k rounded (u_k and Phi^-1 to a few ulp): the exact-edge L, which the
+    # argument bounds by, differs by at most sum_k |q - phi|(z_k) dz_k, dz_k = 16 ulp of
+    # max(|z_k|, min(u_k, 1 - u_k) / phi(z_k)) (u's relative error carried through Phi^-1)
+    with np.errstate(over="ignore"):
+        gap_density = np.exp(log_phi(z)) * np.abs(np.expm1(d * z - 0.5 * d * d))
+    dz = 16.0 * 2.0 ** -52 * np.maximum(np.abs(z), np.exp(special.log_ndtr(-np.abs(z)) - log_phi(z)))
+    allowance = 16.0 * 2.0 ** -52 * float(np.sum(np.abs(terms))) + float(np.sum(gap_density * dz))
+    if not np.isfinite(allowance):
+        return 0.0
+    return max(math.fsum(terms.tolist()) - allowance, 0.0)
+
+
+@functools.lru_cache(maxsize=256)
+def markov_deviation(K: int) -> np.ndarray:
+    """e* (sum 0) with sum_r e_r b_r(u_k) = Phi^-1(u_k) at the points of :func:`markov_edges`:
+    the weights 1/K + delta e* cross q at those points to first order in delta, and as
+    delta -> 0 attain :func:`markov_lower_bound` (the best L1 approximation of Phi^-1 by the
+    polynomials sum e_r b_r: Markov's canonical points). Least squares in float64 (the
+    Bernstein system is ill-conditioned above K ~ 40, where e* reaches ~1e8 and only a
+    candidate results: every use evaluates it exactly). Read-only."""
+    z = markov_edges(K)
+    u = special.ndtr(z)
+    low, high = exact._rank_exponents(K)  # noqa: SLF001 (same package)
+    B = np.exp(exact._log_coef(K) + low * np.log(u)[:, None] + high * np.log1p(-u)[:, None])  # noqa: SLF001
+    M = np.vstack([B, np.ones(K)])
+    scale = np.abs(M).max(axis=0)
+    e = np.linalg.lstsq(M / scale, np.concatenate([z, [0.0]]), rcond=None)[0] / scale
+    e = e - e.mean()
+    e.flags.writeable = False
+    return e
+
+
+def markov_candidate(d: float, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(eps, zero): the weights 1/K + delta e* (:func:`markov_deviation`), where they are in the
+    simplex; None where some weight would be negative (omega >= 0 binds: not the optimum's form)
+    or delta e* is not finite."""
+    eps = d * markov_deviation(K)
+    if not np.all(np.isfinite(eps)) or np.any(1.0 / K + eps < 0.0):
+        return None
+    return eps, np.zeros(K, bool)
+
+
+def markov_solution(d: float, K: int, only_certified: bool = False) -> RankWeightSolution | None:
+    """The weights of :func:`markov_candidate` evaluated exactly, with the gap certified by
+    :func:`markov_lower_bound` (1 - A(omega) - L, plus 64 ulp of 1 - A for the evaluation);
+    None where the candidate is not in the simplex, or (``only_certified``) where that gap is
+    above MARKOV_GAP relative to 1 - A. At small delta the gap is O(delta) relative to 1 - A:
+    where it is <= MARKOV_GAP (e.g. K <= 40 at delta <= 1e-14, down to delta = 1e-300) no solver runs."""
+    if not 0.0 < d <= (MARKOV_CERTIFIED_DELTA if only_certified else MARKOV_CANDIDATE_DELTA):
+        return None
+    cand = markov_candidate(d, K)
+    if cand is None:
+        return None
+    law = exact.law_from_eps(*cand)
+    res = exact.exact_acceptance(law, np.array([d]))
+    acc, rej = float(res.acceptance[0]), float(res.rejection[0])
+    if not (np.isfinite(rej) and rej > 0.0):
+        return None
+    gap = max(rej - markov_lower_bound(d, K), 0.0) + 64.0 * 2.0 ** -52 * rej
+    roots = res.crossings[0]
+    sol = RankWeightSolution(law.omega.copy(), acc, rej, gap, acc + gap, law.eps.copy(), roots[np.isfinite(roots)], 0)
+    if only_certified and gap + evaluation_floor(sol) > MARKOV_GAP * rej:
+        return None
+    return sol
+
+
+def with_markov_bound(d: float, K: int, sol: RankWeightSolution) -> RankWeightSolution:
+    """``sol`` with its gap tightened by :func:`markov_lower_bound` (relative precision where
+    1 - A is tiny, where the other certificates are absolute: 1 - A* >= L, so the gap is at most
+    1 - A - L, plus 64 ulp of 1 - A for the evaluation); and replaced by :func:`markov_solution`
+    where that is better in 1 - A (its gap: the smaller of its own and ``sol``'s, valid for
+    better weights: A* - A' <= A* - A(sol) when A' >= A(sol))."""
+    if not 0.0 < d <= MARKOV_DELTA or sol.acceptance < 0.5:
+        return sol
+    cand = markov_solution(d, K) if d <= MARKOV_CANDIDATE_DELTA else None
+    if cand is not None and cand.rejection < sol.rejection:
+        sol = cand._replace(gap=min(cand.gap, sol.gap))
+    gap = min(sol.gap, max(sol.rejection - markov_lower_bound(d, K), 0.0) + 64.0 * 2.0 ** -52 * sol.rejection)
+    return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
+
+
+def evaluation_floor(sol: RankWeightSolution) -> float:
+    """The float64 evaluator's error allowance for 1 - A at ``sol``'s weights (0 where A < 1/2, whose
+    masses keep relative precision): EVAL_ULPS ulp of sum |deviation| + 1 - A per crossing (1 - A is
+    summed from deviations: tiny 1 - A beside large deviations loses relative precision; measured
+    against mpmath at K = 8..64, delta = 1e-9..2: <= 0.1 of ulp (crossings + 1) (sum |deviation| + 1 - A))."""
+    if sol.acceptance < 0.5:
+        return 0.0
+    return EVAL_ULPS * 2.0 ** -52 * (sol.crossings.size + 1) * (float(np.abs(sol.deviation).sum()) + sol.rejection)
+
+
+def evaluated(d: float, sol: RankWeightSolution) -> RankWeightSolution:
+    """``sol`` with A and 1 - A re-evaluated at 1/K + deviation by the evaluation path of
+    ``acceptance_rass(..., deviation=...)`` (the solvers' own, with gradients, rounds differently:
+    up to ~ulp(sum |deviation|) per crossing), omega and deviation as that law holds them, and the
+    gap grown by any loss in the claimed value (the bound on the optimum is unchanged) and by
+    :func:`evaluation_floor`, so that the reported numbers are those of the returned weights and
+    the gap also covers the evaluator's rounding of them."""
+    K = sol.deviation.size
+    # the paths agree to ~(crossings) ulp(sum |deviation|): re-evaluated only where that is above
+    # 1e-13 relative (tiny 1 - A beside large deviations); elsewhere nothing to gain
+    floor = 2.0 ** -52 * (sol.crossings.size + 1) * (float(np.abs(sol.deviation).sum()) + min(sol.acceptance,
+                                                                                            sol.rejection))
+    if floor >= 1e-13 * min(sol.acceptance, sol.rejection):
+        zero = 1.0 / K + sol.deviation <= 1e-15
+        law = exact.law_from_eps(np.where(zero, -1.0 / K, sol.deviation), zero)
+        res = exact.exact_acceptance(law, np.array([d]))
+        acc, rej = float(res.acceptance[0]), float(res.rejection[0])
+        loss = rej - sol.rejection if sol.acceptance >= 0.5 else sol.acceptance - acc
+        sol = sol._replace(omega=law.omega.copy(), acceptance=acc, rejection=rej, gap=sol.gap + max(loss, 0.0),
+                           deviation=law.eps.copy())
+    gap = min(sol.gap + evaluation_floor(sol), 1.0)
+    return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
 
 
 def set_margins(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> np.ndarray:

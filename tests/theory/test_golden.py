@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from speccheck.theory import acceptance_dgrs, acceptance_rmc, list_bound_iid, rank_weight_solution
+from speccheck.theory.rass_certificate import evaluation_floor
 from speccheck.theory.rass_dual import certified_rank_weights
 
 GOLDEN = Path(__file__).resolve().parents[2] / "theory" / "golden_acceptance.csv"
@@ -126,9 +127,10 @@ def test_rass_k64_golden_matches_the_lp_duality_solver():
         slack = 1e-14 * min(1.0, acc, rej) + 1e-300
         if not (acc <= sol.upper_bound + slack and sol.acceptance <= acc + gap + slack):
             bad.append(("bounds", r["delta"], sol.acceptance, sol.gap, acc, gap))
-        # the float64 evaluator's own floor for these weights: ulp(1) * sum |omega - 1/K| (1 - A is
-        # summed from deviations; at delta = 1e-6 they reach 1e-2 while 1 - A = 2e-10)
-        floor = 2.0 ** -52 * float(np.abs(sol.deviation).sum())
+        # the float64 evaluator's own floor for these weights (rass_certificate.evaluation_floor: a
+        # quarter ulp of sum |omega - 1/K| + 1 - A per crossing; 1 - A is summed from deviations: at
+        # delta = 1e-12 Markov's weights have sum |omega - 1/K| = 1e-2 while 1 - A = 1.8e-16, off by 0.12 of it)
+        floor = evaluation_floor(sol)
         if not (abs(sol.acceptance - acc) <= 1e-10 * acc and abs(sol.rejection - rej) <= 1e-10 * rej + floor):
             bad.append((r["delta"], sol.acceptance, acc, sol.rejection, rej))
         certified += gap <= 1e-10 * min(acc, rej)
