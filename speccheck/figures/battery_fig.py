@@ -98,7 +98,7 @@ def compute_kill_matrix(cfg: FigureConfig) -> tuple[Table, list[str]]:
         return _kill_table(reports, kinds, kill_matrix, test_family), notes
     st = _suite(cfg)
     notes = [f"kill matrix: suite {st.name!r} (family-wise false-failure rate {st.family_alpha:g}, Holm)"]
-    facts = [(n, "mutant", f) for n, f in mutant_factories(include_sampler=False).items()]
+    facts = [(n, "mutant", f) for n, f in mutant_factories(include_sampler=False, include_zoo=False).items()]
     facts += [(n, "reference", f) for n, f in REFERENCES.items()]
     if cfg.quick:
         facts = [x for x in facts if x[0] in QUICK_VERIFIERS]

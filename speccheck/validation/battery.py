@@ -18,6 +18,10 @@ Layers (sizes in the suite's TOML, ``speccheck/data/suites/*.toml``; ``layers=``
   exact Gaussian chain law;
 - L5 continuous (:mod:`speccheck.validation.continuous`): rows with their own delta over
   [0, 40] and every K of the suite: PIT and acceptance, per stratum (delta bin x K).
+- L6 sequence (:mod:`speccheck.validation.sequence`): one instance through many calls as a
+  sampler makes them (K changing, batches of 1..256 rows, constant / near-constant / mixed
+  deltas): pooled PIT, mean and delta-proportional shift, row independence, acceptance at small
+  and large anchors, and a replay on a fresh instance (bit-identical outputs).
 
 Error control: every statistical test has a valid p-value; the suite's family-wise
 false-failure rate ``family_alpha`` is split by Holm over all of them; thresholds are quoted
@@ -43,7 +47,7 @@ from scipy import stats as sstats
 from speccheck.errors import DeviceError, InputError, LoadError
 from speccheck.seeding import generator as make_generator
 from speccheck.seeding import unit_seed
-from speccheck.validation import continuous, device_stats, localise
+from speccheck.validation import continuous, device_stats, localise, sequence
 from speccheck.validation.contract import (
     call_verify,
     check_batch,
@@ -125,8 +129,8 @@ def _check_alpha(alpha: Any) -> float | None:
 
 
 def resolve_layers(layers: Any) -> list[str]:
-    """Layer ids ("L0".."L5") from ids or names ("contract", "scalar", "acceptance", "wrapper",
-    "trajectory", "continuous"); None = all. L1 and L2 share their draws: either runs both."""
+    """Layer ids ("L0".."L6") from ids or names ("contract", "scalar", "acceptance", "wrapper",
+    "trajectory", "continuous", "sequence"); None = all. L1 and L2 share their draws: either runs both."""
     if layers is None:
         return list(LAYERS)
     if isinstance(layers, str):
@@ -188,6 +192,7 @@ class _Plan:
     has_acceptance: bool
     n_stat: int
     skipped_K: list[int]
+    sequence_Ks: list[int]
 
 
 def _grid_cells(v: Any, st: Suite, Ks: list[int] | None, scale: float) -> tuple[list, list[int]]:
@@ -214,11 +219,15 @@ def _plan(v: Any, st: Suite, traj_tests: int = 0, *, layers: list[str] | None = 
     if "L5" in layers and st.continuous is not None:
         cont_Ks = [K for K in st.continuous.K if (Ks is None or K in Ks) and supports(v, K)]
         skipped += [K for K in st.continuous.K if (Ks is None or K in Ks) and not supports(v, K) and K not in skipped]
+    seq_Ks = []
+    if "L6" in layers and st.sequence is not None:
+        seq_Ks = [K for K in st.sequence.K if (Ks is None or K in Ks) and supports(v, K)]
     dims = list(st.wrapper.dims) if ("L3" in layers and st.wrapper is not None) else []
     n = len(cells) * (2 + 1 + (1 if has_acc else 0))  # ks, tails, list bound, declared (n/a ones drop out later)
     n += continuous.planned_tests(st.continuous, cont_Ks, has_acc) if cont_Ks else 0
     n += 4 * len(dims) + traj_tests
-    return _Plan(layers, cells, cont_Ks, dims, has_acc, n, sorted(skipped))
+    n += sequence.planned_tests(st.sequence, has_acc) if seq_Ks else 0
+    return _Plan(layers, cells, cont_Ks, dims, has_acc, n, sorted(skipped), seq_Ks)
 
 
 def planned_tests(verifier: Any, suite: str | Suite = "gate", *, layers: Any = None, Ks: Any = None,
@@ -481,14 +490,14 @@ def plan_battery(verifier: Any, suite: Suite, *, layers: list[str], Ks: list[int
             "grid_cells": [[float(d), int(K), int(n), str(label)] for d, K, n, label in plan.grid_cells],
             "continuous_Ks": [int(K) for K in plan.continuous_Ks], "wrapper_dims": [int(d) for d in plan.wrapper_dims],
             "has_acceptance": bool(plan.has_acceptance), "n_stat": int(plan.n_stat),
-            "skipped_K": [int(K) for K in plan.skipped_K]}
+            "skipped_K": [int(K) for K in plan.skipped_K], "sequence_Ks": [int(K) for K in plan.sequence_Ks]}
 
 
 def _plan_of(plan: dict) -> _Plan:
     grid = [(float(d), int(K), int(n), str(label)) for d, K, n, label in plan["grid_cells"]]
     return _Plan(list(plan["layers"]), grid,
                  list(plan["continuous_Ks"]), list(plan["wrapper_dims"]), bool(plan["has_acceptance"]),
-                 int(plan["n_stat"]), list(plan["skipped_K"]))
+                 int(plan["n_stat"]), list(plan["skipped_K"]), list(plan.get("sequence_Ks", [])))
 
 
 def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:
@@ -500,9 +509,10 @@ def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:
 
 def battery_cells(plan: dict) -> list[tuple]:
     """The plan's other cells, in report order: ``("L1", grid-cell label)`` (layers 1-2 share
-    their draws), ``("L5", K)`` (the continuous layer at one K), ``("L3", dim)`` (the wrapper)."""
+    their draws), ``("L5", K)`` (the continuous layer at one K), ``("L3", dim)`` (the wrapper),
+    ``("L6",)`` (the sequence layer: one instance through all its calls)."""
     return ([("L1", label) for _, _, _, label in plan["grid_cells"]] + [("L5", K) for K in plan["continuous_Ks"]]
-            + [("L3", d) for d in plan["wrapper_dims"]])
+            + [("L3", d) for d in plan["wrapper_dims"]] + ([("L6",)] if plan.get("sequence_Ks") else []))
 
 
 def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, alpha_t: float,
@@ -522,6 +532,10 @@ def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, bas
         return _run_grid_cell(verifier, _plan_of(plan), suite, str(cell[1]), alpha_t, device, base), None
     if layer == "L3":
         return _run_wrapper_cell(verifier, suite, int(cell[1]), scale, alpha_t, device, base), None
+    if layer == "L6":
+        return sequence.run_layer(verifier, suite.sequence, Ks=list(plan["sequence_Ks"]), alpha=alpha_t,
+                                  power=suite.power, device=device, base=base, scale=scale,
+                                  has_acceptance=bool(plan["has_acceptance"])), None
     if layer == "L5":
         K = int(cell[1])
         results, screens = continuous.run_layer(verifier, suite.continuous, Ks=[K], alpha=alpha_t, power=suite.power,
@@ -529,7 +543,7 @@ def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, bas
                                                 has_acceptance=bool(plan["has_acceptance"]),
                                                 heartbeat=lambda label: None)
         return results, screens.get(K)
-    raise InputError(f"unknown battery cell {cell!r}; cells are ('L0',), ('L4',), ('L1', label), ('L5', K), "
+    raise InputError(f"unknown battery cell {cell!r}; cells are ('L0',), ('L4',), ('L1', label), ('L5', K), ('L6',), "
                      "('L3', dim)")
 
 
@@ -612,7 +626,7 @@ def localise_report(verifier: Any, suite: Suite, plan: dict, failures: list[Test
 
 
 def _cell_label(cell: tuple) -> str:
-    return {"L0": "L0 contract", "L4": "L4 trajectory", "L5": f"L5 continuous K={cell[-1]}",
+    return {"L0": "L0 contract", "L4": "L4 trajectory", "L6": "L6 sequence", "L5": f"L5 continuous K={cell[-1]}",
             "L3": f"L3 d={cell[-1]}"}.get(cell[0], f"{cell[0]} {cell[-1]}")
 
 

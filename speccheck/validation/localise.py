@@ -12,7 +12,8 @@ Two stages, each with its own error control:
    log-uniform on the window (or at the point), at that K; tests: PIT KS and the acceptance
    count (two-sided against the declared acceptance at 16 shared deltas, else one-sided
    against the list bound). A candidate is confirmed when min(p) * 2 <= alpha / (3 c), with c
-   the number of candidates (at most ``max_candidates``). A candidate that does not confirm
+   the number of candidates (the most significant region of every failing K, then more up to
+   ``max_candidates``). A candidate that does not confirm
    is retried, for a stratum of the continuous layer, in the layer's own mixed-delta batches
    (defects that depend on the batch, not on delta alone), then on its whole stratum: at most
    three confirmations per candidate, so the probability that an exact rule gets any
@@ -65,9 +66,10 @@ def refine_window(screen: Screen | None, lo: float, hi: float, parts: int) -> tu
 
 
 def candidates(failures: list[TestResult], max_candidates: int) -> list[tuple[float, float, int, str]]:
-    """(lo, hi, K, source) of the failing statistical tests that name a delta region, most
-    significant first, one per (region, K)."""
-    seen, out = set(), []
+    """(lo, hi, K, source) of the failing statistical tests that name a delta region: first the most
+    significant region of EVERY failing K (uncapped: each failing K is named), then further regions,
+    most significant first, while there are fewer than ``max_candidates``."""
+    regions = []
     for r in sorted((r for r in failures if r.kind == "stat"), key=lambda r: r.p_value):
         if r.layer == "L5" and "lo" in r.extra:
             key = (float(r.extra["lo"]), float(r.extra["hi"]), int(r.extra["K"]))
@@ -75,12 +77,18 @@ def candidates(failures: list[TestResult], max_candidates: int) -> list[tuple[fl
             key = (float(r.extra["delta"]), float(r.extra["delta"]), int(r.extra["K"]))
         else:
             continue
-        if key not in seen:
-            seen.add(key)
-            out.append((*key, f"{r.layer} {r.cell} {r.test}"))
-        if len(out) >= max_candidates:
+        if key not in [k for k, _ in regions]:
+            regions.append((key, f"{r.layer} {r.cell} {r.test}"))
+    first = {}
+    for key, source in regions:
+        first.setdefault(key[2], (key, source))
+    chosen = list(first.values())
+    for item in regions:
+        if len(chosen) >= max_candidates:
             break
-    return out
+        if item not in chosen:
+            chosen.append(item)
+    return [(*key, source) for key, source in chosen]
 
 
 def confirm(verifier: Any, lo: float, hi: float, K: int, n: int, alpha: float, device: torch.device,

@@ -568,11 +568,16 @@ class SamplerMutantRule:
         return self.base.verify(delta, s, generator)
 
 
-def mutant_factories(include_sampler: bool = True) -> dict[str, Callable[[], Any]]:
-    """The scalar/wrapper mutants, plus the sampler engineer's SAMPLER_MUTANTS when present."""
+def mutant_factories(include_sampler: bool = True, include_zoo: bool = True) -> dict[str, Callable[[], Any]]:
+    """The scalar/wrapper mutants, the implementer mutants of :mod:`speccheck.validation.zoo`, plus
+    the sampler engineer's SAMPLER_MUTANTS when present."""
     from functools import partial
 
     out = dict(MUTANTS)
+    if include_zoo:
+        from speccheck.validation.zoo import ZOO
+
+        out.update(ZOO)
     if include_sampler:
         from speccheck.validation.sampler_mutants import SAMPLER_MUTANTS
 

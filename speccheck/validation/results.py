@@ -19,6 +19,7 @@ LAYERS: dict[str, str] = {
     "L3": "wrapper",
     "L4": "trajectory",
     "L5": "continuous",
+    "L6": "sequence",
 }
 
 #: kinds of test: a statistical test in the Holm family, a deterministic contract check, and a

@@ -99,6 +99,27 @@ class ContinuousSpec:
 
 
 @dataclass
+class SequenceSpec:
+    """Layer 6: ``calls`` calls on one instance (see :mod:`speccheck.validation.sequence`); K from
+    ``K`` (K = 1 with probability ``k1_share``), batch sizes log-uniform on 1 .. ``max_batch``,
+    constant and near-constant calls at the ``anchors``, mixed calls log-uniform on
+    [``delta_lo``, ``delta_hi``]; the first ``replay`` calls replayed on a fresh instance;
+    ``small_calls`` extra K = 1 constant calls at the ``small_anchors``."""
+
+    K: list[int]
+    calls: int = 1200
+    max_batch: int = 256
+    k1_share: float = 0.3
+    anchors: list[float] = field(default_factory=lambda: [0.002, 0.005, 0.01, 0.02, 0.05, 0.2, 0.5, 1.0, 2.0, 4.0])
+    delta_lo: float = 1e-3
+    delta_hi: float = 40.0
+    small_delta: float = 0.1
+    replay: int = 32
+    small_calls: int = 1000
+    small_anchors: list[float] = field(default_factory=lambda: [0.005, 0.008, 0.02, 0.04])
+
+
+@dataclass
 class Suite:
     name: str
     seed: int
@@ -111,6 +132,7 @@ class Suite:
     description: str = ""
     path: str = ""
     continuous: ContinuousSpec | None = None
+    sequence: SequenceSpec | None = None
 
 
 def _builtin_dir() -> Path:
@@ -144,6 +166,46 @@ def find_suite(name_or_path: str) -> Path:
     raise LoadError(f"unknown suite {name_or_path!r}: not a .toml file and not one of {known_suites()}")
 
 
+#: the verifier contract's domain (docs/contract.md): a suite may not ask for more
+MAX_K = 128
+MAX_DELTA = 40.0
+
+_KEYS = {
+    "": {"name", "description", "seed", "family_alpha", "power", "scalar", "contract", "wrapper", "trajectory",
+         "continuous", "sequence"},
+    "scalar": {"deltas", "K", "n", "chunk", "tail_q", "extra"},
+    "scalar.extra": {"delta", "K", "n"},
+    "contract": {"n"},
+    "wrapper": {"dims", "n", "K", "deltas", "chunk"},
+    "trajectory": {"enabled", "n_traj", "K", "L", "d"},
+    "continuous": {"K", "edges", "n", "zero_atom", "declared_deltas", "declared_rows", "chunk", "refine",
+                   "confirm_n"},
+    "sequence": {"K", "calls", "max_batch", "k1_share", "anchors", "delta_lo", "delta_hi", "small_delta", "replay",
+                 "small_calls", "small_anchors"},
+}
+
+
+def _check_keys(tab: object, where: str) -> dict:
+    """``tab`` is a table with only the keys its section knows (a typo must not drop a layer)."""
+    label = f"[{where}]" if where else "top level"
+    if not isinstance(tab, dict):
+        raise LoadError(f"suite {label} must be a table, got {type(tab).__name__}")
+    unknown = sorted(set(tab) - _KEYS[where])
+    if unknown:
+        raise LoadError(f"suite {label}: unknown key(s) {unknown}; allowed: {sorted(_KEYS[where])}")
+    return tab
+
+
+def _check_domain(deltas: list[float], Ks: list[int], where: str) -> None:
+    """Deltas and K inside the contract's domain: delta in [0, MAX_DELTA], K in [1, MAX_K]."""
+    if any(not 0.0 <= d <= MAX_DELTA for d in deltas):
+        raise LoadError(f"suite [{where}] deltas must lie in [0, {MAX_DELTA:g}] (the verifier contract's domain), "
+                        f"got {deltas!r}")
+    if any(k > MAX_K for k in Ks):
+        raise LoadError(f"suite [{where}] K must be <= {MAX_K} (the largest K the theory and kernels are validated "
+                        f"at), got {Ks!r}")
+
+
 def _pos_int(tab: dict, key: str, where: str, default=None) -> int:
     v = tab.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -152,7 +214,14 @@ def _pos_int(tab: dict, key: str, where: str, default=None) -> int:
 
 
 def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
-    """Validate a suite's TOML table (LoadError, a ValueError, naming the bad key)."""
+    """Validate a suite's TOML table (LoadError, a ValueError, naming the bad key): only known keys,
+    values inside the verifier contract's domain."""
+    _check_keys(data, "")
+    for section in ("scalar", "contract", "wrapper", "trajectory", "continuous", "sequence"):
+        if section in data:
+            _check_keys(data[section], section)
+    for c in data.get("scalar", {}).get("extra", []):
+        _check_keys(c, "scalar.extra")
     alpha = float(data.get("family_alpha", 1e-3))
     if not 0 < alpha < 1:
         raise LoadError(f"suite family_alpha must be in (0, 1), got family_alpha={alpha!r}")
@@ -181,6 +250,7 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
                 raise LoadError(f"suite [[scalar.extra]] #{i}: delta must be finite and >= 0, "
                                 f"got delta={c.get('delta')!r}")
             extra.append((d, _pos_int(c, "K", "scalar.extra"), _pos_int(c, "n", "scalar.extra")))
+        _check_domain(deltas + [d for d, _, _ in extra], list(Ks) + [k for _, k, _ in extra], "scalar")
         scalar = ScalarSpec(deltas, list(Ks), _pos_int(t, "n", "scalar"), _pos_int(t, "chunk", "scalar", 1 << 18),
                             tail_q, extra)
     wrapper = None
@@ -192,6 +262,7 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
         deltas = [float(x) for x in t.get("deltas", [0.0, 0.5, 1.0, 2.0])]
         if not deltas or any(not (d >= 0) for d in deltas):
             raise LoadError(f"suite [wrapper] deltas must be a non-empty list of values >= 0, got {deltas!r}")
+        _check_domain(deltas, [t.get("K", 3)], "wrapper")
         wrapper = WrapperSpec(list(dims), _pos_int(t, "n", "wrapper"), _pos_int(t, "K", "wrapper", 3), deltas,
                               _pos_int(t, "chunk", "wrapper", 4096))
     traj = data.get("trajectory")
@@ -199,8 +270,36 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
         traj = None
     contract_n = _pos_int(data.get("contract", {}), "n", "contract", 256)
     continuous = _parse_continuous(data["continuous"]) if "continuous" in data else None
+    sequence = _parse_sequence(data["sequence"]) if "sequence" in data else None
     return Suite(str(data.get("name", name)), seed, alpha, power, scalar, contract_n, wrapper, traj,
-                 str(data.get("description", "")), path, continuous)
+                 str(data.get("description", "")), path, continuous, sequence)
+
+
+def _parse_sequence(t: dict) -> SequenceSpec:
+    Ks = t.get("K", [])
+    if not Ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K for k in Ks):
+        raise LoadError(f"suite [sequence] K must be a non-empty list of integers in [1, {MAX_K}], got {Ks!r}")
+    anchors = [float(x) for x in t.get("anchors", SequenceSpec([1]).anchors)]
+    if not anchors or any(not 0 < a <= MAX_DELTA for a in anchors):
+        raise LoadError(f"suite [sequence] anchors must be values in (0, {MAX_DELTA:g}], got {anchors!r}")
+    lo, hi = float(t.get("delta_lo", 1e-3)), float(t.get("delta_hi", 40.0))
+    if not 0 < lo < hi <= MAX_DELTA:
+        raise LoadError(f"suite [sequence] needs 0 < delta_lo < delta_hi <= {MAX_DELTA:g}, got {lo!r}, {hi!r}")
+    share, small = float(t.get("k1_share", 0.3)), float(t.get("small_delta", 0.1))
+    if not 0 <= share <= 1 or not 0 < small <= MAX_DELTA:
+        raise LoadError(f"suite [sequence] k1_share must be in [0, 1] and small_delta in (0, {MAX_DELTA:g}], got "
+                        f"{share!r}, {small!r}")
+    replay = t.get("replay", 32)
+    if isinstance(replay, bool) or not isinstance(replay, int) or replay < 0:
+        raise LoadError(f"suite [sequence] replay must be an integer >= 0, got replay={replay!r}")
+    small_anchors = [float(x) for x in t.get("small_anchors", SequenceSpec([1]).small_anchors)]
+    if not small_anchors or any(not 0 < a <= MAX_DELTA for a in small_anchors):
+        raise LoadError(f"suite [sequence] small_anchors must be values in (0, {MAX_DELTA:g}], got {small_anchors!r}")
+    small_calls = t.get("small_calls", 1000)
+    if isinstance(small_calls, bool) or not isinstance(small_calls, int) or small_calls < 0:
+        raise LoadError(f"suite [sequence] small_calls must be an integer >= 0, got small_calls={small_calls!r}")
+    return SequenceSpec(list(Ks), _pos_int(t, "calls", "sequence", 1200), _pos_int(t, "max_batch", "sequence", 256),
+                        share, anchors, lo, hi, small, replay, small_calls, small_anchors)
 
 
 def _parse_continuous(t: dict) -> ContinuousSpec:
@@ -210,6 +309,7 @@ def _parse_continuous(t: dict) -> ContinuousSpec:
     edges = [float(x) for x in t.get("edges", [])]
     if len(edges) < 2 or any(not (math.isfinite(e) and e > 0) for e in edges) or edges != sorted(set(edges)):
         raise LoadError(f"suite [continuous] edges must be >= 2 increasing finite values > 0, got {edges!r}")
+    _check_domain(edges, Ks, "continuous")
     zero = t.get("zero_atom", True)
     if not isinstance(zero, bool):
         raise LoadError(f"suite [continuous] zero_atom must be true or false, got {zero!r}")
