@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import math
 from typing import Any
 
@@ -156,12 +157,19 @@ def _run_calls(verifier: Any, calls: list[tuple], spec: SequenceSpec, base: int,
 
 
 def _replay(fresh: Any, calls: list[tuple], outs: list[tuple], spec: SequenceSpec, base: int,
-            device: torch.device) -> TestResult:
-    """The first ``spec.replay`` calls again on a fresh instance, the global RNG moved first."""
+            device: torch.device, start_state: torch.Tensor) -> TestResult:
+    """The first ``spec.replay`` calls again on a fresh instance, the global RNG first moved to a
+    state derived from (so other than) the one the sequence started from; restored afterwards."""
     n = min(spec.replay, len(calls))
-    torch.manual_seed(unit_seed(base, 6, "global-rng") % (2 ** 63))
-    torch.rand(97)
-    again = _run_calls(fresh, calls[:n], spec, base, device, None)
+    after = torch.get_rng_state()
+    other = int.from_bytes(hashlib.sha256(start_state.numpy().tobytes()).digest()[:8], "little") >> 1
+    torch.manual_seed(other)
+    if device.type == "cuda":
+        torch.cuda.manual_seed_all(other)
+    try:
+        again = _run_calls(fresh, calls[:n], spec, base, device, None)
+    finally:
+        torch.set_rng_state(after)
     if isinstance(again, TestResult):
         return contract_result(CELL, "contract:replay-identical", 1, n, f"the replay failed: {again.note}", LAYER)
     bad = [i for i in range(n) if not (torch.equal(again[i][1], outs[i][1]) and torch.equal(again[i][2], outs[i][2]))]
@@ -236,12 +244,13 @@ def run_layer(verifier: Any, spec: SequenceSpec, *, Ks: list[int], alpha: float,
     rng = np.random.default_rng(unit_seed(base, 6, "plan"))
     calls = _call_plan(spec, Ks, rng)
     contract: dict[str, TestResult] = {}
+    start_state = torch.get_rng_state()
     outs = _run_calls(verifier, calls, spec, base, device, contract)
     if isinstance(outs, TestResult):
         return list(contract.values()) + ([] if outs.test in contract else [outs])
     results = list(contract.values())
     if fresh is not None:
-        results.append(_replay(fresh, calls, outs, spec, base, device))
+        results.append(_replay(fresh, calls, outs, spec, base, device, start_state))
     z = [(s_out - delta).cpu().numpy() for delta, s_out, _ in outs]
     deltas = [delta.cpu().numpy() for delta, _, _ in outs]
     z_all, d_all = np.concatenate(z), np.concatenate(deltas)
