@@ -12,7 +12,7 @@ Subpackages (data flows one way: theory <- verifiers <- sampler <- validation/fi
 
 __version__ = "0.1.0"
 
-__all__ = ["BatteryOutcome", "battery"]
+__all__ = ["BatteryOutcome", "battery", "measure_acceptance"]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first use (torch is heavy)

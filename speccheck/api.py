@@ -2,7 +2,8 @@
 
 :func:`battery` runs the exactness battery and returns a
 :class:`~speccheck.validation.verdict.BatteryOutcome` (``verdict`` exact / defect / no_verdict,
-the report, the reason). The ``speccheck battery`` command, the pytest fixture
+the report, the reason). :func:`measure_acceptance` measures a rule's acceptance as a table. The ``speccheck battery``
+command, the pytest fixture
 ``speccheck_battery`` and Dask runs all go through it, so one seed gives one verdict and one
 report whatever the path: every path runs the same units (the run's cells, each on a fresh
 verifier instance, each seeded from its identity) and judges them with the same
@@ -16,7 +17,7 @@ from typing import Any, Callable, Optional
 from speccheck import errors
 from speccheck.validation.verdict import BatteryOutcome, judge, no_verdict
 
-__all__ = ["BatteryOutcome", "battery", "DEFAULT_CELL_TIMEOUT_S"]
+__all__ = ["BatteryOutcome", "battery", "measure_acceptance", "DEFAULT_CELL_TIMEOUT_S"]
 
 #: seconds one battery cell (a unit of work) may take before the run is stopped (no verdict)
 DEFAULT_CELL_TIMEOUT_S = 900.0
@@ -85,7 +86,7 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
             raise errors.InputError("a verifier object runs only in this process (isolate=False); to isolate it, "
                                     "pass its spec string 'package.module:attr'")
         report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress, **_run_kwargs(options))
-        return judge(report)
+        return judge(bt.rejudge_sequence(report, report.sequence_raw, load_suite(suite)))
     try:
         if workers > 1 or scheduler:
             from speccheck.scale import jobs
@@ -116,6 +117,9 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
         return no_verdict(str(exc))
     try:
         report = BatteryReport.from_dict(data)
+        report = bt.rejudge_sequence(report, data.get("sequence_raw"), load_suite(suite))
+    except errors.FileFormatError as exc:
+        return no_verdict(f"verifier {verifier!r}: {exc}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return no_verdict(f"verifier {verifier!r}: the battery returned a malformed report ({exc})")
     return judge(report)
@@ -123,3 +127,65 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
 
 def _run_kwargs(options: dict) -> dict:
     return {k: v for k, v in options.items() if k in ("layers", "Ks", "scale")}
+
+
+def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, seed: int = 0,
+                       device: str = "cpu", chunk: int = 1 << 16) -> Any:
+    """Measured acceptance of ``verifier`` at every (delta, K): a pandas DataFrame, one row per
+    cell, columns ``rule, delta, K, n, accepted, acceptance, se`` (the binomial standard error
+    sqrt(a (1 - a) / n)), ``declared`` (the rule's ``acceptance(delta, K)``, NaN if it declares
+    none), ``z`` ((measured - declared) / its standard error under the declaration) and
+    ``list_bound`` (the i.i.d.-list bound no exact rule beats).
+
+    Runs in this process: ``n`` rows per cell, s[b, :] i.i.d. N(0, 1), each cell seeded from
+    ``seed`` and its (delta, K), in chunks of ``chunk`` rows. ``verifier``: a name,
+    ``"package.module:attr"`` or an object. Bad input raises :class:`~speccheck.errors.InputError`.
+    """
+    import math
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from speccheck.seeding import generator as make_generator
+    from speccheck.seeding import unit_seed
+    from speccheck.theory import list_bound_iid
+    from speccheck.validation import battery as bt
+    from speccheck.validation.contract import call_verify, check_batch
+
+    d = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
+    if d.size == 0 or not np.all(np.isfinite(d)) or np.any(d < 0) or np.any(d > 40):
+        raise errors.InputError(f"deltas must be finite values in [0, 40] (the contract's domain), got {deltas!r}")
+    Ks = bt._check_Ks(K)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10**9:
+        raise errors.InputError(f"n must be an integer in [1, 1e9] (rows per cell), got n={n!r}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise errors.InputError(f"chunk must be an integer >= 1, got chunk={chunk!r}")
+    seed = bt._check_seed(seed)
+    dev = bt.resolve_device(device)
+    v = bt.load_verifier(verifier)
+    rows = []
+    for k in Ks:
+        for delta in d:
+            g = make_generator(unit_seed(seed, "acceptance", f"{delta!r}", k), dev)
+            accepted = done = 0
+            while done < n:
+                b = min(chunk, n - done)
+                s = torch.randn(b, k, generator=g, dtype=torch.float64, device=dev)
+                dt = torch.full((b,), float(delta), dtype=torch.float64, device=dev)
+                checks, parsed = check_batch(f"delta={delta:g},K={k}", dt, s, call_verify(v, dt.clone(), s.clone(), g))
+                if parsed is None:
+                    bad = next(r for r in checks if not r.passed)
+                    raise errors.InputError(f"verifier {verifier!r} broke the contract at delta={delta:g}, K={k}: "
+                                            f"{bad.test} {bad.note}")
+                accepted += int(parsed[1].sum())
+                done += b
+            a = accepted / n
+            declared = float(np.asarray(v.acceptance(np.array([delta]), k)).ravel()[0]) \
+                if callable(getattr(v, "acceptance", None)) else math.nan
+            sd = math.sqrt(declared * (1 - declared) / n) if math.isfinite(declared) else math.nan
+            rows.append({"rule": getattr(v, "name", str(verifier)), "delta": float(delta), "K": k, "n": n,
+                         "accepted": accepted, "acceptance": a, "se": math.sqrt(a * (1 - a) / n),
+                         "declared": declared, "z": (a - declared) / sd if sd > 0 else math.nan,
+                         "list_bound": float(list_bound_iid(np.array(delta), k))})
+    return pd.DataFrame(rows)

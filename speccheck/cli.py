@@ -788,6 +788,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="speccheck", description=(__doc__ or "").splitlines()[0],
                                      epilog="exit codes: 0 ran and positive, 1 defect found, 2 could not run as asked "
                                             "(docs/exit-codes.md)")
+    from speccheck import __version__
+
+    parser.add_argument("--version", action="version", version=f"speccheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in _COMMANDS:
         add(sub)

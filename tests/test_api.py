@@ -20,9 +20,11 @@ TIMINGS = ("wall_s", "cpu_s")
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    """delta = 1, K = 1, 2 (2048 draws), the contract, the wrapper at d = 1, 2 and one continuous K."""
+    """delta = 1, K = 1, 2 (2048 draws), the contract, the wrapper at d = 1, 2, one continuous K and a
+    300-call sequence layer."""
     extra = ("[wrapper]\ndims = [1, 2]\nn = 512\nK = 2\ndeltas = [0.5]\n"
-             "[continuous]\nK = [3]\nedges = [1e-3, 1.0, 4.0]\nn = 512\ndeclared_deltas = 1\ndeclared_rows = 128\n")
+             "[continuous]\nK = [3]\nedges = [1e-3, 1.0, 4.0]\nn = 512\ndeclared_deltas = 1\ndeclared_rows = 128\n"
+             "[sequence]\nK = [1, 2, 4]\ncalls = 300\nsmall_calls = 0\n")
     return write_suite(tmp_path_factory.mktemp("api"), tiny_suite_text("api", extra=extra))
 
 
@@ -46,7 +48,7 @@ def test_every_path_gives_the_same_verdict_and_report(suite, rule, tmp_path, cap
     assert _plain(command) == _plain(json.loads(cli._json_text(report_dict(isolated.report))))
     if rule == "dgrs":
         assert isolated.verdict == "exact" and code == 0
-    else:  # its continuous cell mixes K in one instance: the stale table shows there, on every path
+    else:  # the sequence layer drives one instance from K = 1 to larger K: the stale table shows, on every path
         assert isolated.verdict == "defect" and code == 1
 
 
@@ -115,3 +117,47 @@ def test_bad_options_raise_before_anything_runs(suite):
     with pytest.raises(InputError, match="isolate=False"):
         speccheck.battery(DGRS(), suite)
     assert speccheck.battery(DGRS(), suite, isolate=False).verdict == "exact"
+
+
+def test_measure_acceptance_is_a_tidy_table_with_standard_errors():
+    table = speccheck.measure_acceptance("dgrs", [0.05, 1.0], [1, 3], n=20000, seed=4)
+    assert list(table.columns) == ["rule", "delta", "K", "n", "accepted", "acceptance", "se", "declared", "z",
+                                   "list_bound"]
+    assert len(table) == 4 and (table["se"] > 0).all()
+    assert (table["z"].abs() < 5).all()  # exact rule: |z| > 5 has probability < 6e-7 per cell
+    assert (table["acceptance"] <= table["list_bound"] + 5 * table["se"]).all()
+    first = speccheck.measure_acceptance("tests.cli.hostile29:AlwaysFirst", [1.0], 2, n=20000)
+    assert float(first["acceptance"].iloc[0]) == 1.0 and float(first["z"].iloc[0]) > 20
+    for bad in ({"deltas": [-1.0]}, {"deltas": [float("nan")]}, {"deltas": [1e308]}, {"K": [0]}, {"n": 0}):
+        kw = {"deltas": [1.0], "K": [1], "n": 10, **bad}
+        with pytest.raises(InputError):
+            speccheck.measure_acceptance("dgrs", kw["deltas"], kw["K"], n=kw["n"])
+
+
+def test_patched_statistics_in_the_verifier_process_cannot_pass_a_biased_rule(capsys):
+    """tests.patching_rules replaces speccheck's tests and Holm with always-pass versions where it
+    is imported; L6's statistics are recomputed in the judging process from the raw outputs."""
+    for path in ({}, {"workers": 2}):
+        outcome = speccheck.battery("tests.patching_rules:Biased", "smoke", **path)
+        assert outcome.verdict == "defect", (path, outcome.reason)
+        assert all(r.layer == "L6" for r in outcome.report.failures)
+    code, out, _ = run_cli(["battery", "--verifier", "tests.patching_rules:Biased", "--suite", "smoke",
+                            "--no-progress"], capsys)
+    assert code == 1 and "L6" in out
+
+
+def test_l6_statistics_without_their_raw_outputs_are_no_verdict(suite):
+    from speccheck.errors import FileFormatError
+    from speccheck.validation.battery import rejudge_sequence, run_battery
+    from speccheck.validation.suites import load_suite
+
+    st = load_suite("smoke")
+    rep = run_battery("dgrs", st, layers=["L6"])
+    raw = rep.sequence_raw
+    assert raw is not None and rejudge_sequence(rep, raw, st).passed
+    with pytest.raises(FileFormatError, match="without the raw outputs"):
+        rejudge_sequence(rep, None, st)
+    with pytest.raises(FileFormatError, match="malformed"):
+        rejudge_sequence(rep, {**raw, "z": raw["z"][:-1]}, st)
+    shifted = rejudge_sequence(rep, {**raw, "z": [z + 0.2 for z in raw["z"]]}, st)
+    assert not shifted.passed  # the judging process sees the shift whatever the worker said

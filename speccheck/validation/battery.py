@@ -63,7 +63,8 @@ from speccheck.validation.trajectory import run_trajectory_checks
 
 __all__ = ["BatteryReport", "TestResult", "assemble_report", "assert_battery_passes", "battery_cells", "check_evidence",
            "contract_checks", "failures_to_localise", "first_cells", "fresh_verifier", "load_verifier",
-           "localise_report", "per_test_alpha", "plan_battery", "planned_tests", "resolve_layers", "run_battery",
+           "localise_report", "per_test_alpha", "plan_battery", "planned_tests", "rejudge_sequence",
+           "resolve_layers", "run_battery",
            "run_cell"]
 
 # kept for callers of the old private names
@@ -532,10 +533,10 @@ def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, bas
         return _run_grid_cell(verifier, _plan_of(plan), suite, str(cell[1]), alpha_t, device, base), None
     if layer == "L3":
         return _run_wrapper_cell(verifier, suite, int(cell[1]), scale, alpha_t, device, base), None
-    if layer == "L6":
+    if layer == "L6":  # the second value: the raw outputs its statistics are judged from
         return sequence.run_layer(verifier, suite.sequence, Ks=list(plan["sequence_Ks"]), alpha=alpha_t,
                                   power=suite.power, device=device, base=base, scale=scale,
-                                  has_acceptance=bool(plan["has_acceptance"])), None
+                                  has_acceptance=bool(plan["has_acceptance"]))
     if layer == "L5":
         K = int(cell[1])
         results, screens = continuous.run_layer(verifier, suite.continuous, Ks=[K], alpha=alpha_t, power=suite.power,
@@ -590,6 +591,35 @@ def assemble_report(plan: dict, suite: Suite, *, base: int, alpha: float, device
     holm_adjust(results, alpha)
     rep.results, rep.notes = results, notes
     return rep
+
+
+def rejudge_sequence(report: BatteryReport, raw: dict | None, suite: Suite) -> BatteryReport:
+    """``report`` with layer L6's statistics computed HERE from its raw outputs (whatever the
+    process that ran the verifier said of them), then Holm over the whole family again at the
+    suite's rate. The battery's verdict paths call it in the process that judges, which never
+    imports the verifier: code that patches speccheck's statistics inside the verifier's process
+    cannot make L6 pass. L6 statistics without raw outputs raise FileFormatError (no verdict)."""
+    from speccheck.errors import FileFormatError
+
+    stats = [i for i, r in enumerate(report.results) if r.layer == "L6" and r.kind != "contract"]
+    if raw is None:
+        if stats:
+            raise FileFormatError("the battery's worker reported layer L6 statistics without the raw outputs they "
+                                  "come from; no verdict")
+        return report
+    if suite.sequence is None:
+        raise FileFormatError("the battery's worker sent layer L6 outputs for a suite without [sequence]; no verdict")
+    try:
+        fresh = sequence.judge_layer(raw, sequence.scaled_spec(suite.sequence, report.scale),
+                                     alpha=report.per_test_alpha, power=suite.power, base=report.seed)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FileFormatError(f"the battery's worker sent malformed layer L6 outputs ({exc}); no verdict") from None
+    at = stats[0] if stats else len(report.results)
+    kept = [r for i, r in enumerate(report.results) if i not in set(stats)]
+    report.results = kept[:at] + fresh + kept[at:]
+    holm_adjust(report.results, suite.family_alpha)
+    report.sequence_raw = raw
+    return report
 
 
 def failures_to_localise(rep: BatteryReport) -> list[TestResult]:
@@ -683,13 +713,17 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     check_evidence(plan, st, contract, trajectory or [], Ks)
     alpha_t = per_test_alpha(plan, trajectory or [], alpha)
     cells, screens = [], {}
+    sequence_raw = None
     for cell in battery_cells(plan):
         results, screen = cell_results(cell, plan, alpha_t)
         cells.append(results)
-        if screen is not None:
+        if cell[0] == "L6":
+            sequence_raw = screen
+        elif screen is not None:
             screens[int(cell[1])] = screen
     rep = assemble_report(plan, st, base=base, alpha=alpha, device=str(dev), scale=scale, contract=contract,
                           trajectory=trajectory, cells=cells)
+    rep.sequence_raw = sequence_raw
     failed_stat = failures_to_localise(rep)
     if failed_stat and localise_failures:
         rep.localisations, notes = localise_report(fresh_verifier(v), st, plan, failed_stat, screens, base=base,

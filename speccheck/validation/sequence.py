@@ -193,32 +193,36 @@ def _pair_products(z: list[np.ndarray], rng: np.random.Generator) -> tuple[float
     return adj_sum, adj_n, rnd_sum, rnd_n
 
 
-def _acceptance_tests(verifier: Any, calls: list[tuple], outs: list[tuple], spec: SequenceSpec, alpha: float,
+def _declared(verifier: Any, calls: list[tuple]) -> dict[str, float]:
+    """The verifier's declared acceptance at every (anchor, K) of a constant call: {"anchor|K": a}."""
+    declared: dict[str, float] = {}
+    for K, _, pattern, anchor, _ in calls:
+        key = f"{anchor!r}|{K}"
+        if pattern in ("constant", "small") and key not in declared:
+            a = float(np.asarray(verifier.acceptance(np.array([anchor]), K), np.float64).ravel()[0])
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"declared acceptance {a!r} at delta={anchor:g}, K={K} is not a probability")
+            declared[key] = a
+    return declared
+
+
+def _acceptance_tests(raw: dict, spec: SequenceSpec, accepted: list[np.ndarray], alpha: float,
                       power: float) -> list[TestResult]:
     """Acceptance count vs the declared acceptance: all constant calls pooled, and the K = 1 calls
     at each small anchor on their own (a rule that treats delta below some threshold as 0 has
     too few rejections there: O(delta) of them, so each anchor needs rows of its own)."""
-    declared: dict[tuple[float, int], float] = {}
-    groups: dict[str, tuple[list, list]] = {"constant calls (all anchors and K)": ([], [])}
-    groups.update({f"K = 1 calls at delta = {a:g}": ([], []) for a in spec.small_anchors})
-    try:
-        for call, (_, _, accepted) in zip(calls, outs):
-            K, B, pattern, anchor, _ = call
-            if pattern not in ("constant", "small"):
-                continue
-            if (anchor, K) not in declared:
-                a = float(np.asarray(verifier.acceptance(np.array([anchor]), K), np.float64).ravel()[0])
-                if not 0.0 <= a <= 1.0:
-                    raise ValueError(f"declared acceptance {a!r} at delta={anchor:g}, K={K} is not a probability")
-                declared[(anchor, K)] = a
-            group = ("constant calls (all anchors and K)" if pattern == "constant"
-                     else f"K = 1 calls at delta = {anchor:g}")
-            probs, counts = groups[group]
-            probs.append(np.full(B, declared[(anchor, K)]))
-            counts.append(int(accepted.sum()))
-    except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect
+    if raw.get("declared_error"):
         return [TestResult(CELL, "acceptance=declared", math.nan, math.nan, 0.0, math.nan, 0, passed=False,
-                           note=f"acceptance() raised {type(exc).__name__}: {exc}", layer=LAYER)]
+                           note=raw["declared_error"], layer=LAYER)]
+    pooled = "constant calls (all anchors and K)"
+    groups: dict[str, tuple[list, list]] = {pooled: ([], [])}
+    groups.update({f"K = 1 calls at delta = {a:g}": ([], []) for a in spec.small_anchors})
+    for (K, B, pattern, anchor, _), acc in zip(raw["calls"], accepted):
+        if pattern not in ("constant", "small"):
+            continue
+        probs, counts = groups[pooled if pattern == "constant" else f"K = 1 calls at delta = {anchor:g}"]
+        probs.append(np.full(B, raw["declared"][f"{anchor!r}|{K}"]))
+        counts.append(int(acc.sum()))
     out = []
     for group, (probs, counts) in groups.items():
         test = f"acceptance=declared, {group}"
@@ -232,31 +236,62 @@ def _acceptance_tests(verifier: Any, calls: list[tuple], outs: list[tuple], spec
     return out
 
 
-def run_layer(verifier: Any, spec: SequenceSpec, *, Ks: list[int], alpha: float, power: float,
-              device: torch.device, base: int, scale: float, has_acceptance: bool) -> list[TestResult]:
-    """Layer 6 on ``verifier`` (a fresh instance: the layer drives it from its first call)."""
+def scaled_spec(spec: SequenceSpec, scale: float) -> SequenceSpec:
+    """``spec`` with its call counts times ``scale``."""
+    return dataclasses.replace(spec, calls=max(8, int(round(spec.calls * scale))),
+                               small_calls=int(round(spec.small_calls * scale)))
+
+
+def draw_layer(verifier: Any, spec: SequenceSpec, *, Ks: list[int], device: torch.device, base: int,
+               has_acceptance: bool) -> tuple[list[TestResult], dict | None]:
+    """The user-code half of layer 6: drive ``verifier`` (a fresh instance) through the calls,
+    check the contract on each, replay the first ones, read the declared acceptance. Returns the
+    contract results and the raw outputs as plain JSON (None when the contract stopped the run):
+    ``calls`` [[K, B, pattern, anchor, sorted]], per row ``z`` = s_out - delta, ``delta``,
+    ``accepted`` (0/1), and ``declared`` {"anchor|K": a} (or ``declared_error``)."""
     Ks = [K for K in Ks if supports(verifier, K)]
     if not Ks:
-        return []
-    spec = dataclasses.replace(spec, calls=max(8, int(round(spec.calls * scale))),
-                               small_calls=int(round(spec.small_calls * scale)))
+        return [], None
     fresh = copy.deepcopy(verifier) if spec.replay else None
-    rng = np.random.default_rng(unit_seed(base, 6, "plan"))
-    calls = _call_plan(spec, Ks, rng)
+    calls = _call_plan(spec, Ks, np.random.default_rng(unit_seed(base, 6, "plan")))
     contract: dict[str, TestResult] = {}
     start_state = torch.get_rng_state()
     outs = _run_calls(verifier, calls, spec, base, device, contract)
     if isinstance(outs, TestResult):
-        return list(contract.values()) + ([] if outs.test in contract else [outs])
+        return list(contract.values()) + ([] if outs.test in contract else [outs]), None
     results = list(contract.values())
     if fresh is not None:
         results.append(_replay(fresh, calls, outs, spec, base, device, start_state))
-    z = [(s_out - delta).cpu().numpy() for delta, s_out, _ in outs]
-    deltas = [delta.cpu().numpy() for delta, _, _ in outs]
-    z_all, d_all = np.concatenate(z), np.concatenate(deltas)
+    raw: dict = {"calls": [list(c) for c in calls],
+                 "z": torch.cat([s_out - delta for delta, s_out, _ in outs]).cpu().tolist(),
+                 "delta": torch.cat([delta for delta, _, _ in outs]).cpu().tolist(),
+                 "accepted": torch.cat([acc for _, _, acc in outs]).to(torch.int8).cpu().tolist()}
+    if has_acceptance:
+        try:
+            raw["declared"] = _declared(verifier, calls)
+        except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect
+            raw["declared_error"] = f"acceptance() raised {type(exc).__name__}: {exc}"
+    return results, raw
+
+
+def judge_layer(raw: dict, spec: SequenceSpec, *, alpha: float, power: float, base: int) -> list[TestResult]:
+    """The statistics half of layer 6, from the raw outputs alone (no verifier, no user code: the
+    battery computes it in the process that judges). Malformed raw data raises ValueError."""
+    calls = [(int(K), int(B), str(p), float(a), bool(srt)) for K, B, p, a, srt in raw["calls"]]
+    sizes_per_call = np.array([c[1] for c in calls], dtype=np.int64)
+    z_all = np.asarray(raw["z"], dtype=np.float64)
+    d_all = np.asarray(raw["delta"], dtype=np.float64)
+    acc_all = np.asarray(raw["accepted"], dtype=np.int64)
+    if not (z_all.shape == d_all.shape == acc_all.shape == (int(sizes_per_call.sum()),)):
+        raise ValueError("layer 6 raw outputs: the rows do not match the calls")
+    if not (np.all(np.isfinite(z_all)) and np.all(np.isfinite(d_all))):
+        raise ValueError("layer 6 raw outputs hold non-finite values")
+    cuts = np.cumsum(sizes_per_call)[:-1]
+    z, deltas, accepted = np.split(z_all, cuts), np.split(d_all, cuts), np.split(acc_all, cuts)
     u = special.ndtr(z_all)
-    sizes = np.repeat([c[1] for c in calls], [c[1] for c in calls])
-    pattern = np.repeat([c[2] for c in calls], [c[1] for c in calls])
+    sizes = np.repeat(sizes_per_call, sizes_per_call)
+    pattern = np.repeat([c[2] for c in calls], sizes_per_call)
+    results = []
     for label, rows in (("all rows", slice(None)), (f"calls of B <= {SMALL_CALL}", sizes <= SMALL_CALL),
                         ("near-constant deltas", pattern == "near"), ("mixed deltas", pattern == "mixed")):
         x = u[rows]
@@ -284,11 +319,23 @@ def run_layer(verifier: Any, spec: SequenceSpec, *, Ks: list[int], alpha: float,
                                 "CLT N(0, 1) test of mean z_b z_(b+1); MDD: a correlation"))
     results.append(_normal_test(rnd_sum, rnd_n, alpha, power, "independent rows (random pairs)", int(rnd_n),
                                 "CLT N(0, 1) test of mean z_b z_c; MDD: a correlation"))
-    if has_acceptance:
-        results += _acceptance_tests(verifier, calls, outs, spec, alpha, power)
+    if "declared" in raw or "declared_error" in raw:
+        results += _acceptance_tests(raw, spec, accepted, alpha, power)
     for r in results:
         r.extra.update({"pooled": True, "calls": len(calls), "rows": int(z_all.size)})
     return results
 
 
-__all__ = ["LAYER", "planned_tests", "run_layer"]
+def run_layer(verifier: Any, spec: SequenceSpec, *, Ks: list[int], alpha: float, power: float,
+              device: torch.device, base: int, scale: float,
+              has_acceptance: bool) -> tuple[list[TestResult], dict | None]:
+    """Layer 6 on ``verifier`` (a fresh instance: the layer drives it from its first call):
+    ``(results, raw outputs)``; see :func:`draw_layer` and :func:`judge_layer`."""
+    spec = scaled_spec(spec, scale)
+    contract, raw = draw_layer(verifier, spec, Ks=Ks, device=device, base=base, has_acceptance=has_acceptance)
+    if raw is None:
+        return contract, None
+    return contract + judge_layer(raw, spec, alpha=alpha, power=power, base=base), raw
+
+
+__all__ = ["LAYER", "draw_layer", "judge_layer", "planned_tests", "run_layer", "scaled_spec"]
