@@ -135,9 +135,44 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
 PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs_policies_G{VERIFIER_G}.npz"
 
 
+# Policy data layout version: bump when the meaning of a stored policy changes.
+LAYOUT_VERSION = 2
+# Stored edges must agree with the edges computed here to this (absolute, in m and 1 - m): they
+# come from sin / log / exp, whose last bits may differ across numpy builds and platforms.
+EDGES_ATOL = 1e-13
+
+
 def _layout_key(K: int, G: int) -> str:
+    """Key of the policy layout, from its exact definition only (no float formatting, no computed
+    edges, so it is the same under every numpy/scipy version): the layout version, the cell
+    placement, K, G and the delta grid in integer thousandths (every grid point is a multiple of
+    0.001)."""
+    milli = np.rint(DELTA_GRID * 1000.0).astype(np.int64)
+    desc = f"v{LAYOUT_VERSION};{_theory.GRID_KIND};K={int(K)};G={int(G)};milli=" + ",".join(map(str, milli))
+    return hashlib.sha256(desc.encode("ascii")).hexdigest()[:16]
+
+
+def policy_checksum(pi: np.ndarray, checked: np.ndarray) -> str:
+    """sha256 of the stored policies and their check records as little-endian float64 bytes (the
+    bytes an npz holds, so independent of the library versions that read it)."""
+    h = hashlib.sha256(np.ascontiguousarray(pi, dtype="<f8").tobytes())
+    h.update(np.ascontiguousarray(checked, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def _package_entry(z, K: int, G: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(policies, checked flags) of K in the package npz ``z`` if its layout key, edges (to
+    :data:`EDGES_ATOL`) and content checksum all match; else None (the entry is ignored)."""
+    names = (f"K{K}", f"layout_K{K}", f"checked_K{K}", f"edges_K{K}", f"sha_K{K}")
+    if not all(n in z for n in names) or str(z[f"layout_K{K}"]) != _layout_key(K, G):
+        return None
+    arr, rec, edges = z[f"K{K}"], z[f"checked_K{K}"], z[f"edges_K{K}"]
     a, _ = _theory.mcrs_edges(K, G)
-    return hashlib.sha1(DELTA_GRID.tobytes() + a.tobytes()).hexdigest()[:12]
+    if edges.shape != a.shape or not np.allclose(edges, a, rtol=0.0, atol=EDGES_ATOL):
+        return None
+    if str(z[f"sha_K{K}"]) != policy_checksum(arr, rec):
+        return None
+    return arr, np.isfinite(rec)
 
 
 def _cache_file(K: int, G: int) -> Path | None:
@@ -147,18 +182,18 @@ def _cache_file(K: int, G: int) -> Path | None:
 
 def _stored_pi(K: int, G: int) -> tuple[np.ndarray, np.ndarray]:
     """([TOP_INDEX, G, K] stored policies (NaN where none), [TOP_INDEX] checked flags): package
-    data (checked where its ``checked_K{K}`` acceptance is recorded), then the user cache (only
-    ever written by the checked solver)."""
+    data (checked where its ``checked_K{K}`` acceptance is recorded; used only if its layout key,
+    edges and checksum match, :func:`_package_entry`), then the user cache (only ever written by
+    the checked solver)."""
     out = np.full((TOP_INDEX, G, K), np.nan)
     checked = np.zeros(TOP_INDEX, bool)
-    key = _layout_key(K, G)
     sources = []
     if G == VERIFIER_G and PACKAGE_DATA.exists():
         try:
             with np.load(PACKAGE_DATA) as z:
-                if f"K{K}" in z and str(z[f"layout_K{K}"]) == key:
-                    flags = z[f"checked_K{K}"] if f"checked_K{K}" in z else np.full(TOP_INDEX, np.nan)
-                    sources.append((z[f"K{K}"], np.isfinite(flags)))
+                entry = _package_entry(z, K, G)
+                if entry is not None:
+                    sources.append(entry)
         except (OSError, ValueError, KeyError):
             pass
     cached = _cache.load(_cache_file(K, G), out.shape)
@@ -510,7 +545,7 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
         key = _layout_key(K, G)
         arr = data.get(f"K{K}")
         checked = data.get(f"checked_K{K}")
-        if arr is None or str(data.get(f"layout_K{K}")) != key or arr.shape != (TOP_INDEX, G, K):
+        if arr is None or arr.shape != (TOP_INDEX, G, K) or _package_entry(data, K, G) is None:
             arr = np.full((TOP_INDEX, G, K), np.nan)
             checked = None
         if checked is None or checked.shape != (TOP_INDEX,):
@@ -531,9 +566,32 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
                 pol = _theory.mcrs_policy(delta, K, G)  # checked: raises rather than return a failing policy
             arr[gi] = pol.pi
             checked[gi] = _theory.acceptance_of_policy(delta, pol)
-            data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+            _put(data, K, arr, key, checked, a)
             write()
             log(f"K={K} delta={delta:g}: acceptance {checked[gi]:.12f} ({source}, {time.perf_counter() - t0:.1f} s)")
-        data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+        _put(data, K, arr, key, checked, a)
         write()
+    return Path(path)
+
+
+def _put(data: dict, K: int, arr: np.ndarray, key: str, checked: np.ndarray, a: np.ndarray) -> None:
+    """Store K's policies with their layout key, check records, edges and checksum."""
+    data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+    data[f"edges_K{K}"], data[f"sha_K{K}"] = a, np.array(policy_checksum(arr, checked))
+
+
+def rekey_policy_data(path: Path = PACKAGE_DATA) -> Path:
+    """Rewrite the npz at ``path`` with the current layout keys, edges and checksums, keeping its
+    policies and check records (for data written under an older key scheme whose grid and cell
+    placement are the current ones)."""
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    for name in [k for k in data if k.startswith("K") and k[1:].isdigit()]:
+        K = int(name[1:])
+        a, _ = _theory.mcrs_edges(K, VERIFIER_G)
+        checked = data.get(f"checked_K{K}", np.full(TOP_INDEX, np.nan))
+        _put(data, K, data[name], _layout_key(K, VERIFIER_G), checked, a)
+    tmp = Path(str(path) + ".tmp.npz")
+    np.savez_compressed(tmp, **data)
+    os.replace(tmp, path)
     return Path(path)
