@@ -32,7 +32,6 @@ optimal constant one (pi_r(m) = omega_r), i.e. the RASS kernel: no LP at run tim
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import threading
@@ -57,10 +56,7 @@ from speccheck.verifiers.special import ndtr as _ndtr
 
 Tensor = torch.Tensor
 
-DELTA_GRID = np.unique(np.round(np.concatenate([
-    [0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035],
-    np.arange(0.05, 3.0, 0.05), np.arange(3.0, 6.0, 0.1), np.arange(6.0, 12.0 + 1e-9, 0.5),
-]), 12))
+DELTA_GRID = _theory.KERNEL_DELTA_GRID
 _MIDS = 0.5 * (DELTA_GRID[1:] + DELTA_GRID[:-1])
 TOP_INDEX = DELTA_GRID.size  # pseudo grid point: the top-rank policy (pi_K = 1), delta > 12.25
 
@@ -69,13 +65,13 @@ _LOCK = threading.Lock()
 # is ~10x cheaper cold (the sampler meets dozens of grid points per K) for a small loss of
 # acceptance (K = 4, delta = 0.1: 88.0% of RASS's gap closed at G = 80 vs 88.9% at 160 Chebyshev
 # cells; the theory table's 1280 sine cells reach 90.1%, see docs/mcrs.md).
-VERIFIER_G = 64
+VERIFIER_G = _theory.KERNEL_G
 # Below this delta (every group of a call) the residual skips the rejection rounds (see MCRS._residual).
 TINY_RESIDUAL_DELTA = 0.01
 # Largest K with LP policies (shipped for K = 2..MAX_POLICY_K). Above it MCRS uses RASS's optimal
 # rank weights as its policy, pi_r(m) = omega_r for every m (a valid MCRS policy: g = p_omega / phi),
 # i.e. it runs the RASS kernel; docs/mcrs.md states what that gives up against the LP policy.
-MAX_POLICY_K = 16
+MAX_POLICY_K = _theory.KERNEL_MAX_K
 
 
 def grid_index(delta: np.ndarray) -> np.ndarray:
@@ -135,44 +131,8 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
 PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs_policies_G{VERIFIER_G}.npz"
 
 
-# Policy data layout version: bump when the meaning of a stored policy changes.
-LAYOUT_VERSION = 2
-# Stored edges must agree with the edges computed here to this (absolute, in m and 1 - m): they
-# come from sin / log / exp, whose last bits may differ across numpy builds and platforms.
-EDGES_ATOL = 1e-13
-
-
-def _layout_key(K: int, G: int) -> str:
-    """Key of the policy layout, from its exact definition only (no float formatting, no computed
-    edges, so it is the same under every numpy/scipy version): the layout version, the cell
-    placement, K, G and the delta grid in integer thousandths (every grid point is a multiple of
-    0.001)."""
-    milli = np.rint(DELTA_GRID * 1000.0).astype(np.int64)
-    desc = f"v{LAYOUT_VERSION};{_theory.GRID_KIND};K={int(K)};G={int(G)};milli=" + ",".join(map(str, milli))
-    return hashlib.sha256(desc.encode("ascii")).hexdigest()[:16]
-
-
-def policy_checksum(pi: np.ndarray, checked: np.ndarray) -> str:
-    """sha256 of the stored policies and their check records as little-endian float64 bytes (the
-    bytes an npz holds, so independent of the library versions that read it)."""
-    h = hashlib.sha256(np.ascontiguousarray(pi, dtype="<f8").tobytes())
-    h.update(np.ascontiguousarray(checked, dtype="<f8").tobytes())
-    return h.hexdigest()
-
-
-def _package_entry(z, K: int, G: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(policies, checked flags) of K in the package npz ``z`` if its layout key, edges (to
-    :data:`EDGES_ATOL`) and content checksum all match; else None (the entry is ignored)."""
-    names = (f"K{K}", f"layout_K{K}", f"checked_K{K}", f"edges_K{K}", f"sha_K{K}")
-    if not all(n in z for n in names) or str(z[f"layout_K{K}"]) != _layout_key(K, G):
-        return None
-    arr, rec, edges = z[f"K{K}"], z[f"checked_K{K}"], z[f"edges_K{K}"]
-    a, _ = _theory.mcrs_edges(K, G)
-    if edges.shape != a.shape or not np.allclose(edges, a, rtol=0.0, atol=EDGES_ATOL):
-        return None
-    if str(z[f"sha_K{K}"]) != policy_checksum(arr, rec):
-        return None
-    return arr, np.isfinite(rec)
+LAYOUT_VERSION, EDGES_ATOL = _theory.LAYOUT_VERSION, _theory.EDGES_ATOL
+_layout_key, policy_checksum, _package_entry = _theory.layout_key, _theory.policy_checksum, _theory.package_entry
 
 
 def _cache_file(K: int, G: int) -> Path | None:
