@@ -5,8 +5,10 @@
    evaluation that guards it against RASS) and RASS (``speccheck.theory.rank_weights``).
 2. Verification throughput (rows / s) of the "mcrs" and "rass" verifiers on a batch of B rows
    with warm policy caches: one delta per batch, and a batch of mixed deltas.
+3. ``--mcrs2``: throughput of "mcrs2" (min-max policies, shipped) relative to "mcrs", same batches
+   (no solve times: MCRS-2 never solves at run time).
 
-    python benchmarks/bench_mcrs.py [--K 2 4 8] [--G 64] [--B 65536] [--reps 3] [--threads 2]
+    python benchmarks/bench_mcrs.py [--K 2 4 8] [--G 64] [--B 65536] [--reps 3] [--threads 2] [--mcrs2]
 """
 
 from __future__ import annotations
@@ -61,8 +63,11 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--solve-deltas", type=float, nargs="+", default=[0.37, 1.13, 2.71])
+    p.add_argument("--mcrs2", action="store_true", help="only: mcrs2 throughput relative to mcrs")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.mcrs2:
+        return _mcrs2_vs_mcrs(args)
     mcrs, rass = MCRS(G=args.G), get("rass")
     print(f"# MCRS vs RASS, G = {args.G}, B = {args.B}, torch threads = {args.threads}")
     print("K | solve cold MCRS s | RASS s | ratio | cached MCRS us | RASS us | ratio || "
@@ -78,6 +83,19 @@ def main(argv=None) -> int:
               f"{1e6 * st['hot_mcrs']:.2f} | {1e6 * st['hot_rass']:.2f} | {st['hot_mcrs'] / st['hot_rass']:.2f}x || "
               f"{t_m1:.3g} | {t_r1:.3g} | {t_m1 / t_r1:.2f} || {t_mm:.3g} | {t_rm:.3g} | {t_mm / t_rm:.2f}",
               flush=True)
+    return 0
+
+
+def _mcrs2_vs_mcrs(args) -> int:
+    mcrs, mcrs2 = MCRS(), get("mcrs2")
+    print(f"# MCRS-2 vs MCRS, B = {args.B}, torch threads = {args.threads}")
+    print("K | rows/s mcrs2 (1 delta) | mcrs | ratio || rows/s mcrs2 (mixed) | mcrs | ratio")
+    for K in args.K:
+        d1 = torch.full((args.B,), 0.3, dtype=torch.float64)
+        dm = torch.tensor(np.resize(np.linspace(0.05, 2.2, 8), args.B), dtype=torch.float64)
+        a1, b1 = throughput(mcrs2, d1, K, args.reps), throughput(mcrs, d1, K, args.reps)
+        am, bm = throughput(mcrs2, dm, K, args.reps), throughput(mcrs, dm, K, args.reps)
+        print(f"{K} | {a1:.3g} | {b1:.3g} | {a1 / b1:.2f} || {am:.3g} | {bm:.3g} | {am / bm:.2f}", flush=True)
     return 0
 
 

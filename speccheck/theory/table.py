@@ -4,8 +4,9 @@ RMC, D-GRS and both bounds are closed forms (microseconds). The RASS optimum is 
 certified gap for K <= ``RASS_FULL_K`` (milliseconds) and with a budget of refinement rounds of
 the LP-duality solver above it (``RASS_BUDGET_ROUNDS``: about a second at K = 128; where the
 rounds certify less than 1e-12, the row's note gives the certified bound). MCRS needs an LP per
-(delta, K) (seconds to minutes): with ``mcrs="auto"`` it
-is computed only where it is closed-form (delta = 0, K = 1; delta >= 12 for K <= 16) and otherwise skipped
+(delta, K) (seconds to minutes) except with the kernel's shipped policies (G = 64, K <= 16: the
+``mcrs`` kernel's own acceptance, milliseconds): with ``mcrs="auto"`` it is computed there and
+where it is closed-form (delta = 0, K = 1; delta >= 12 for K <= 16) and otherwise skipped
 with a note naming ``--mcrs``; ``mcrs=True`` always solves it, ``False`` never.
 """
 
@@ -33,10 +34,13 @@ MCRS_SKIPPED = "MCRS skipped (its LP takes seconds to minutes per cell): add --m
 def _mcrs_cell(d: float, K: int, mcrs, mcrs_G: int | None) -> tuple[float, str]:
     if not mcrs_G or mcrs is False:
         return float("nan"), ""
-    cheap = d == 0.0 or K == 1 or (d >= MCRS_CLOSED_DELTA and K <= RASS_FULL_K)
+    from speccheck.theory.mcrs import KERNEL_G, KERNEL_MAX_K, acceptance_mcrs, shipped_policies
+
+    # the kernel's shipped policies (K <= 16, G = 64) load in milliseconds: no LP
+    shipped = mcrs_G == KERNEL_G and K <= KERNEL_MAX_K and shipped_policies(K) is not None
+    cheap = d == 0.0 or K == 1 or (d >= MCRS_CLOSED_DELTA and K <= RASS_FULL_K) or shipped
     if mcrs == "auto" and not cheap:
         return float("nan"), MCRS_SKIPPED
-    from speccheck.theory.mcrs import acceptance_mcrs
 
     return float(acceptance_mcrs(d, K, mcrs_G)), ""
 

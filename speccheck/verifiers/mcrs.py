@@ -32,7 +32,6 @@ optimal constant one (pi_r(m) = omega_r), i.e. the RASS kernel: no LP at run tim
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import threading
@@ -57,10 +56,7 @@ from speccheck.verifiers.special import ndtr as _ndtr
 
 Tensor = torch.Tensor
 
-DELTA_GRID = np.unique(np.round(np.concatenate([
-    [0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035],
-    np.arange(0.05, 3.0, 0.05), np.arange(3.0, 6.0, 0.1), np.arange(6.0, 12.0 + 1e-9, 0.5),
-]), 12))
+DELTA_GRID = _theory.KERNEL_DELTA_GRID
 _MIDS = 0.5 * (DELTA_GRID[1:] + DELTA_GRID[:-1])
 TOP_INDEX = DELTA_GRID.size  # pseudo grid point: the top-rank policy (pi_K = 1), delta > 12.25
 
@@ -69,13 +65,13 @@ _LOCK = threading.Lock()
 # is ~10x cheaper cold (the sampler meets dozens of grid points per K) for a small loss of
 # acceptance (K = 4, delta = 0.1: 88.0% of RASS's gap closed at G = 80 vs 88.9% at 160 Chebyshev
 # cells; the theory table's 1280 sine cells reach 90.1%, see docs/mcrs.md).
-VERIFIER_G = 64
+VERIFIER_G = _theory.KERNEL_G
 # Below this delta (every group of a call) the residual skips the rejection rounds (see MCRS._residual).
 TINY_RESIDUAL_DELTA = 0.01
 # Largest K with LP policies (shipped for K = 2..MAX_POLICY_K). Above it MCRS uses RASS's optimal
 # rank weights as its policy, pi_r(m) = omega_r for every m (a valid MCRS policy: g = p_omega / phi),
 # i.e. it runs the RASS kernel; docs/mcrs.md states what that gives up against the LP policy.
-MAX_POLICY_K = 16
+MAX_POLICY_K = _theory.KERNEL_MAX_K
 
 
 def grid_index(delta: np.ndarray) -> np.ndarray:
@@ -135,9 +131,8 @@ def _top_policy(K: int, G: int) -> _theory.MCRSPolicy:
 PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs_policies_G{VERIFIER_G}.npz"
 
 
-def _layout_key(K: int, G: int) -> str:
-    a, _ = _theory.mcrs_edges(K, G)
-    return hashlib.sha1(DELTA_GRID.tobytes() + a.tobytes()).hexdigest()[:12]
+LAYOUT_VERSION, EDGES_ATOL = _theory.LAYOUT_VERSION, _theory.EDGES_ATOL
+_layout_key, policy_checksum, _package_entry = _theory.layout_key, _theory.policy_checksum, _theory.package_entry
 
 
 def _cache_file(K: int, G: int) -> Path | None:
@@ -147,18 +142,18 @@ def _cache_file(K: int, G: int) -> Path | None:
 
 def _stored_pi(K: int, G: int) -> tuple[np.ndarray, np.ndarray]:
     """([TOP_INDEX, G, K] stored policies (NaN where none), [TOP_INDEX] checked flags): package
-    data (checked where its ``checked_K{K}`` acceptance is recorded), then the user cache (only
-    ever written by the checked solver)."""
+    data (checked where its ``checked_K{K}`` acceptance is recorded; used only if its layout key,
+    edges and checksum match, :func:`_package_entry`), then the user cache (only ever written by
+    the checked solver)."""
     out = np.full((TOP_INDEX, G, K), np.nan)
     checked = np.zeros(TOP_INDEX, bool)
-    key = _layout_key(K, G)
     sources = []
     if G == VERIFIER_G and PACKAGE_DATA.exists():
         try:
             with np.load(PACKAGE_DATA) as z:
-                if f"K{K}" in z and str(z[f"layout_K{K}"]) == key:
-                    flags = z[f"checked_K{K}"] if f"checked_K{K}" in z else np.full(TOP_INDEX, np.nan)
-                    sources.append((z[f"K{K}"], np.isfinite(flags)))
+                entry = _package_entry(z, K, G)
+                if entry is not None:
+                    sources.append(entry)
         except (OSError, ValueError, KeyError):
             pass
     cached = _cache.load(_cache_file(K, G), out.shape)
@@ -510,7 +505,7 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
         key = _layout_key(K, G)
         arr = data.get(f"K{K}")
         checked = data.get(f"checked_K{K}")
-        if arr is None or str(data.get(f"layout_K{K}")) != key or arr.shape != (TOP_INDEX, G, K):
+        if arr is None or arr.shape != (TOP_INDEX, G, K) or _package_entry(data, K, G) is None:
             arr = np.full((TOP_INDEX, G, K), np.nan)
             checked = None
         if checked is None or checked.shape != (TOP_INDEX,):
@@ -531,9 +526,32 @@ def build_policy_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
                 pol = _theory.mcrs_policy(delta, K, G)  # checked: raises rather than return a failing policy
             arr[gi] = pol.pi
             checked[gi] = _theory.acceptance_of_policy(delta, pol)
-            data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+            _put(data, K, arr, key, checked, a)
             write()
             log(f"K={K} delta={delta:g}: acceptance {checked[gi]:.12f} ({source}, {time.perf_counter() - t0:.1f} s)")
-        data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+        _put(data, K, arr, key, checked, a)
         write()
+    return Path(path)
+
+
+def _put(data: dict, K: int, arr: np.ndarray, key: str, checked: np.ndarray, a: np.ndarray) -> None:
+    """Store K's policies with their layout key, check records, edges and checksum."""
+    data[f"K{K}"], data[f"layout_K{K}"], data[f"checked_K{K}"] = arr, np.array(key), checked
+    data[f"edges_K{K}"], data[f"sha_K{K}"] = a, np.array(policy_checksum(arr, checked))
+
+
+def rekey_policy_data(path: Path = PACKAGE_DATA) -> Path:
+    """Rewrite the npz at ``path`` with the current layout keys, edges and checksums, keeping its
+    policies and check records (for data written under an older key scheme whose grid and cell
+    placement are the current ones)."""
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    for name in [k for k in data if k.startswith("K") and k[1:].isdigit()]:
+        K = int(name[1:])
+        a, _ = _theory.mcrs_edges(K, VERIFIER_G)
+        checked = data.get(f"checked_K{K}", np.full(TOP_INDEX, np.nan))
+        _put(data, K, data[name], _layout_key(K, VERIFIER_G), checked, a)
+    tmp = Path(str(path) + ".tmp.npz")
+    np.savez_compressed(tmp, **data)
+    os.replace(tmp, path)
     return Path(path)

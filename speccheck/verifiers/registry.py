@@ -35,6 +35,8 @@ BUILTIN: dict[str, tuple[str, str]] = {
                   "rank-aware selection, optimal rank weights, inverse-CDF residual"),
     "mcrs": ("speccheck.verifiers.mcrs:MCRS",
              "max-conditioned rank selection (policy in the largest draft), rejection-sampled residual"),
+    "mcrs2": ("speccheck.verifiers.mcrs2:MCRS2",
+              "min-max conditioned rank selection (policy in the smallest and largest draft)"),
 }
 
 

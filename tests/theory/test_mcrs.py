@@ -207,7 +207,7 @@ def test_minmax_policy_closes_the_small_delta_gap():
 
 
 def test_theory_command_shows_mcrs(capsys):
-    """`speccheck theory` prints an MCRS column (exact acceptance of the G = 64 LP policy), which
+    """`speccheck theory` prints an MCRS column (exact acceptance of the kernel's G = 64 policy), which
     lies between RASS and the i.i.d.-list bound, and the share of RASS's gap it closes."""
     from speccheck import cli
     from speccheck.theory.table import theory_table
@@ -215,7 +215,13 @@ def test_theory_command_shows_mcrs(capsys):
     assert cli.main(["theory", "--delta", "0.5", "--K", "3"]) == 0
     out = capsys.readouterr().out
     assert "MCRS" in out and "closed" in out
-    (row,) = theory_table([0.5], [3], mcrs_G=64)  # mcrs="auto": the LP is skipped, the note says how to get it
+    # mcrs="auto" (issue 28.3): K <= 16 on the kernel's G = 64 cells loads the shipped policies,
+    # so the column is filled without --mcrs and equals the kernel's declared acceptance
+    from speccheck.verifiers.mcrs import MCRS
+
+    (row,) = theory_table([0.5], [3], mcrs_G=64)
+    assert row["mcrs"] == float(MCRS().acceptance(np.array([0.5]), 3)[0])
+    (row,) = theory_table([0.5], [32], mcrs_G=64)  # K > 16 (RASS's kernel): still skipped, and says so
     assert np.isnan(row["mcrs"]) and "--mcrs" in row["note"]
     (row,) = theory_table([0.5], [3], mcrs_G=64, mcrs=True)
     assert row["rass"] - 1e-9 <= row["mcrs"] <= row["iid_bound"] + 1e-9

@@ -418,3 +418,36 @@ def test_build_policy_data_reuses_a_stored_policy_only_if_it_passes_the_check(mo
         checked = z["checked_K2"]
     assert len(logs) == 1 and "(solved" in logs[0]
     assert checked[gi] > float(acceptance_rass(0.2, 2)) + 0.01
+
+
+def test_package_data_key_depends_on_the_definition_only(monkeypatch):
+    """Issue 29.1: the shipped policies load whatever the last bits of the computed edges (they
+    differ across numpy builds): the layout key is built from the grid in integer thousandths, K, G
+    and the placement; the stored edges must agree to EDGES_ATOL; a changed byte of a policy
+    (checksum) or edges off by more than EDGES_ATOL make the entry ignored, never used."""
+    from speccheck.theory import mcrs as theory_mcrs
+    from speccheck.verifiers import mcrs as mod
+
+    monkeypatch.setenv("SPECCHECK_CACHE_DIR", "")
+    with np.load(mod.PACKAGE_DATA) as z:
+        data = {k: z[k] for k in z.files}
+    assert mod._package_entry(data, 4, mod.VERIFIER_G) is not None
+    real = theory_mcrs.mcrs_edges
+    # last-bit differences in the computed edges (another libm): still loaded
+    monkeypatch.setattr(theory_mcrs, "mcrs_edges", lambda K, G, kind=None: tuple(
+        np.clip(x * (1 + 4e-16), 0, 1) for x in real(K, G, kind)))
+    assert mod._package_entry(data, 4, mod.VERIFIER_G) is not None
+    # edges that really differ: ignored
+    monkeypatch.setattr(theory_mcrs, "mcrs_edges", lambda K, G, kind=None: tuple(
+        np.clip(x * (1 + 1e-9), 0, 1) for x in real(K, G, kind)))
+    assert mod._package_entry(data, 4, mod.VERIFIER_G) is None
+    monkeypatch.setattr(theory_mcrs, "mcrs_edges", real)
+    bad = dict(data)
+    bad["K4"] = data["K4"].copy()
+    bad["K4"][5, 3, 1] += 1e-12
+    assert mod._package_entry(bad, 4, mod.VERIFIER_G) is None
+    # the key itself is a pure function of the definition
+    milli = ",".join(str(int(round(d * 1000))) for d in mod.DELTA_GRID)
+    import hashlib
+    desc = f"v{mod.LAYOUT_VERSION};chebyshev;K=4;G={mod.VERIFIER_G};milli={milli}"
+    assert mod._layout_key(4, mod.VERIFIER_G) == hashlib.sha256(desc.encode()).hexdigest()[:16]

@@ -1,0 +1,261 @@
+"""MCRS-2 policy data: the checked min-max policies of :mod:`speccheck.theory.mcrs_minmax` on the
+MCRS-2 delta grid, shipped as speccheck/data/mcrs2_policies_G8x64.npz (numpy only, no torch).
+
+Grid (:data:`GRID`): MCRS's grid plus :data:`FINE` (step 0.0125 on [0.0375, 0.4875]). Mixing the
+neighbouring grid policies costs the min-max policy much more than the max-only one between grid
+points 0.05 apart (K = 4, delta = 0.075: 90.7% of RASS's gap closed against 97.9% / 97.7% at
+0.05 / 0.1; K = 2, 0.075: 95.5%); at step 0.0125 the loss falls ~16-fold.
+
+Layout per K (2..:data:`MAX_MINMAX_K`): ``K{K}`` shape (TOP, G1, G2, K), NaN where the grid
+point has no min-max policy (delta = 0, delta > :data:`MINMAX_MAX_DELTA`, MCRS grid points below
+0.05 for K >= 5: the kernel then uses the max-only MCRS policy lifted to the pairs; a FINE point
+without one: the mix of its neighbours'); ``checked_K{K}`` the exact acceptance each stored policy
+passed its check with; ``layout_K{K}`` the layout key (from the definition only: version, cells,
+K, grid in integer thousandths); ``sha_K{K}`` a sha256 of both arrays, verified on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from speccheck.theory import mcrs_minmax as _mm
+from speccheck.verifiers import mcrs as _mcrs
+
+G1, G2 = 8, 64  # min-cells x max-cells (the max-cells are the MCRS kernel's VERIFIER_G cells)
+MAX_MINMAX_K = 8  # largest K with min-max policies; above it MCRS-2 is the MCRS kernel
+# K whose min-max policies ship in the package data; MCRS-2 is the MCRS kernel for every other K
+# (K = 5..7: not built yet, ~1 h of LPs each on a loaded 2-core machine; build_minmax_data does it).
+SHIPPED_KS = (2, 3, 4, 8)
+MINMAX_MIN_DELTA_LARGE_K = 0.05  # K >= 5: grid points below this use the max-only policy too
+FINE_RANGE_LARGE_K = (0.1, 0.25)  # K >= 5: FINE points with their own LP policy
+MINMAX_MAX_DELTA = 3.0  # grid points above this use the max-only policy (RASS's gap < ~1e-4 there)
+LAYOUT_VERSION = 2
+FINE = np.round(np.arange(0.0375, 0.49, 0.0125), 12)
+GRID = np.unique(np.round(np.concatenate([_mcrs.DELTA_GRID, FINE]), 12))  # every point a multiple of 0.0005
+TOP = GRID.size  # pseudo grid point: the top-rank policy (delta >= GRID[-1])
+ON_MCRS_GRID = np.isin(GRID, _mcrs.DELTA_GRID)
+MCRS_INDEX = np.searchsorted(_mcrs.DELTA_GRID, GRID)  # index in MCRS's grid (valid where ON_MCRS_GRID)
+PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs2_policies_G{G1}x{G2}.npz"
+
+
+def layout_key(K: int) -> str:
+    """From the layout's definition only (never from computed floats): same under every numpy."""
+    units = np.rint(GRID * 20000.0).astype(np.int64)  # exact: multiples of 0.00005
+    desc = (f"mcrs2;v{LAYOUT_VERSION};{_mcrs._theory.GRID_KIND};K={int(K)};G1={G1};G2={G2};"
+            f"maxdelta_milli={int(round(MINMAX_MAX_DELTA * 1000))};grid_20000ths=" + ",".join(map(str, units)))
+    return hashlib.sha256(desc.encode("ascii")).hexdigest()[:16]
+
+
+def checksum(pi: np.ndarray, checked: np.ndarray) -> str:
+    h = hashlib.sha256(np.ascontiguousarray(pi, dtype="<f8").tobytes())
+    h.update(np.ascontiguousarray(checked, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def minmax_indices(K: int) -> np.ndarray:
+    """GRID indices that get a min-max LP policy: 0 < delta <= MINMAX_MAX_DELTA for K <= 4; for
+    K >= 5 MCRS's grid points in [MINMAX_MIN_DELTA_LARGE_K, MINMAX_MAX_DELTA] (below it RASS's gap
+    is < 1e-3 while the LP is degenerate and takes minutes) and the FINE points in
+    FINE_RANGE_LARGE_K (where RASS's gap passes 1e-3 and mixing 0.05 apart lost up to 5 points at
+    K = 8); other FINE points mix their neighbours."""
+    if K <= 4:
+        return np.nonzero((GRID > 0.0) & (GRID <= MINMAX_MAX_DELTA + 1e-9))[0]
+    lo, hi = FINE_RANGE_LARGE_K
+    fine = (GRID > lo - 1e-9) & (GRID < hi + 1e-9)
+    return np.nonzero((ON_MCRS_GRID | fine) & (GRID > MINMAX_MIN_DELTA_LARGE_K - 1e-9)
+                      & (GRID <= MINMAX_MAX_DELTA + 1e-9))[0]
+
+
+def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, t) on :data:`GRID` (shared bracket rule), :data:`TOP` at and beyond its end."""
+    from speccheck.verifiers.grid import grid_bracket as bracket
+
+    d = np.asarray(delta, np.float64).ravel()
+    lo, hi, t = bracket(d, GRID)
+    beyond = d >= GRID[-1]
+    return np.where(beyond, TOP, lo), np.where(beyond, TOP, hi), np.where(beyond, 0.0, t)
+
+
+def load_entry(z, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(policies, checked acceptances) of K in the npz mapping ``z`` if key and checksum match."""
+    names = (f"K{K}", f"checked_K{K}", f"layout_K{K}", f"sha_K{K}")
+    if not all(n in z for n in names) or str(z[f"layout_K{K}"]) != layout_key(K):
+        return None
+    pi, rec = z[f"K{K}"], z[f"checked_K{K}"]
+    if pi.shape != (TOP, G1, G2, K) or rec.shape != (TOP,):
+        return None
+    if str(z[f"sha_K{K}"]) != checksum(pi, rec):
+        return None
+    return pi, rec
+
+
+def stored_policies(K: int, path: Path | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The shipped min-max policies of K (None if absent or not matching the layout/checksum);
+    ``path`` default :data:`PACKAGE_DATA`."""
+    path = PACKAGE_DATA if path is None else path
+    if not Path(path).exists():
+        return None
+    try:
+        with np.load(path) as z:
+            return load_entry(z, K)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def lifted_max_only(K: int, gi: int) -> np.ndarray:
+    """The MCRS kernel's (max-only, shipped) policy at GRID point gi lifted to the pairs (at a FINE
+    point: the max-only kernel's own interpolated policy there)."""
+    if ON_MCRS_GRID[gi]:
+        pi = _mcrs.policy_table(K, G2).policy(int(MCRS_INDEX[gi])).pi
+    else:
+        pi = _mcrs.MCRS(G2).policies(np.array([GRID[gi]]), K)[0].pi
+    return _mm.lift_max_policy(pi, G1)
+
+
+def build_minmax_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLike | None = None,
+                      log: Callable[[str], None] = print) -> Path:
+    """Solve and check the min-max policies of each K at every grid point of :func:`minmax_indices`
+    (or those nearest ``deltas``), merged into the npz at ``path`` (rewritten after every point,
+    so an interrupted build keeps its progress; points already stored are kept). Each policy is
+    the LP's if its exact acceptance reaches the lifted max-only MCRS policy's, else the latter
+    (:func:`speccheck.theory.mcrs_minmax.minmax_policy`)."""
+    data: dict = {}
+    if Path(path).exists():
+        with np.load(path) as z:
+            data = {k: z[k] for k in z.files}
+
+    def write() -> None:
+        tmp = Path(str(path) + ".tmp.npz")
+        np.savez_compressed(tmp, **data)
+        os.replace(tmp, path)
+
+    for K in (int(k) for k in Ks):
+        todo = minmax_indices(K) if deltas is None else sorted(
+            {int(np.argmin(np.abs(GRID - x))) for x in np.asarray(deltas, np.float64).ravel()}
+            & set(minmax_indices(K).tolist()))
+        entry = load_entry(data, K)
+        pi, rec = entry if entry is not None else (np.full((TOP, G1, G2, K), np.nan), np.full(TOP, np.nan))
+        pi, rec = pi.copy(), rec.copy()
+        for gi in todo:
+            if np.isfinite(rec[gi]):
+                continue
+            t0 = time.perf_counter()
+            d = float(GRID[gi])
+            ref = lifted_max_only(K, gi)
+            pol = _mm.minmax_policy(d, K, G1, G2, references=(ref,))
+            pi[gi], rec[gi] = pol.pi, _mm.acceptance_of_minmax(d, pol)
+            source = "max-only (LP lost)" if np.array_equal(pol.pi, ref) else "min-max LP"
+            data[f"K{K}"], data[f"checked_K{K}"] = pi, rec
+            data[f"layout_K{K}"], data[f"sha_K{K}"] = np.array(layout_key(K)), np.array(checksum(pi, rec))
+            write()
+            log(f"K={K} delta={d:g}: acceptance {rec[gi]:.12f} ({source}, {time.perf_counter() - t0:.1f} s)")
+    data["grid"] = GRID
+    write()
+    return Path(path)
+
+
+def share_table(Ks: ArrayLike, midpoints: bool = True, min_gap: float = 1e-3) -> list[dict]:
+    """Share of RASS's gap to the i.i.d.-list bound that the shipped MCRS-2 kernel closes,
+    (A - A_RASS) / (bound - A_RASS), at every grid delta in (0, MINMAX_MAX_DELTA] and (``midpoints``)
+    halfway between neighbours, where the kernel interpolates; A = ``MCRS2().acceptance`` (exact
+    evaluation of the policy the kernel uses), next to the max-only ``mcrs`` kernel's. Rows with
+    RASS's gap <= ``min_gap`` are kept but flagged (``graded`` False)."""
+    from speccheck.theory import acceptance_rass, list_bound_iid
+    from speccheck.verifiers.mcrs2 import MCRS2
+
+    v2, v1 = MCRS2(), _mcrs.MCRS()
+    grid = GRID[minmax_indices(2)]
+    ds = np.sort(np.concatenate([grid, 0.5 * (grid[1:] + grid[:-1])])) if midpoints else grid
+    rows = []
+    for K in (int(k) for k in Ks):
+        a2, a1 = v2.acceptance(ds, K), v1.acceptance(ds, K)
+        for d, x2, x1 in zip(ds, a2, a1):
+            ar, b = float(acceptance_rass(float(d), K)), float(list_bound_iid(float(d), K))
+            gap = b - ar
+            s1, s2 = ((float(x) - ar) / gap if gap > 1e-12 else float("nan") for x in (x1, x2))
+            rows.append(dict(K=K, delta=float(d), on_grid=bool(np.isin(d, grid)), rass=ar, bound=b, rass_gap=gap,
+                             mcrs=float(x1), mcrs2=float(x2), closed_mcrs=s1, closed_mcrs2=s2,
+                             graded=bool(gap > min_gap)))
+    return rows
+
+
+def merge_minmax_data(sources: list, path: Path | None = None) -> Path:
+    """Merge npz files written by :func:`build_minmax_data` (e.g. parts of one K built side by side)
+    into ``path`` (default :data:`PACKAGE_DATA`): per K, each grid point from the first source that
+    has it; keys and checksums rewritten."""
+    path = PACKAGE_DATA if path is None else Path(path)
+    data: dict = {}
+    for src in [p for p in [path, *sources] if Path(p).exists()]:
+        with np.load(src) as z:
+            for K in range(2, MAX_MINMAX_K + 1):
+                entry = load_entry(z, K)
+                if entry is None:
+                    continue
+                pi, rec = data.get(K, (np.full(entry[0].shape, np.nan), np.full(entry[1].shape, np.nan)))
+                new = np.isfinite(entry[1]) & ~np.isfinite(rec)
+                pi[new], rec[new] = entry[0][new], entry[1][new]
+                data[K] = (pi, rec)
+    out = {"grid": GRID}
+    for K, (pi, rec) in sorted(data.items()):
+        out[f"K{K}"], out[f"checked_K{K}"] = pi, rec
+        out[f"layout_K{K}"], out[f"sha_K{K}"] = np.array(layout_key(K)), np.array(checksum(pi, rec))
+    tmp = Path(str(path) + ".tmp.npz")
+    np.savez_compressed(tmp, **out)
+    os.replace(tmp, path)
+    return path
+
+
+def write_share_table(path: Path, Ks: ArrayLike = (2, 3, 4, 8)) -> Path:
+    """theory/mcrs2_share_table.{md,csv}: :func:`share_table` for ``Ks``, with per-K minima over the
+    graded rows (RASS's gap > 1e-3), on the grid and between grid points."""
+    import csv
+
+    rows = share_table(Ks)
+    path = Path(path)
+    fields = ("K", "delta", "on_grid", "rass_gap", "rass", "mcrs", "mcrs2", "bound", "closed_mcrs", "closed_mcrs2",
+              "graded")
+    with open(path.with_suffix(".csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["# MCRS-2: share of RASS's gap closed by the shipped kernel", "",
+             "Generated by `speccheck.verifiers.mcrs2_data.write_share_table` (exact acceptance of the policy each",
+             "kernel uses: `MCRS2().acceptance`, `MCRS().acceptance`). Share = (A - A_RASS) / (bound - A_RASS),",
+             "bound = the i.i.d.-list bound. Graded rows: RASS's gap > 1e-3. 'grid': a policy grid point;",
+             "'mid': halfway between two, where the kernel mixes its neighbours' policies.", "",
+             "## Minimum over graded rows", "",
+             "| K | min on grid (mcrs2) | at delta | min between (mcrs2) | at delta | min on grid (mcrs) "
+             "| min between (mcrs) |",
+             "|---|---|---|---|---|---|---|"]
+    for K in sorted({r["K"] for r in rows}):
+        g2, dg = _worst(rows, K, True, "closed_mcrs2")
+        m2, dm = _worst(rows, K, False, "closed_mcrs2")
+        g1, _ = _worst(rows, K, True, "closed_mcrs")
+        m1, _ = _worst(rows, K, False, "closed_mcrs")
+        lines.append(f"| {K} | {100 * g2:.2f}% | {dg:g} | {100 * m2:.2f}% | {dm:g} | {100 * g1:.2f}% "
+                     f"| {100 * m1:.2f}% |")
+    lines += ["", "## Graded rows", "", "| K | delta | where | RASS gap | mcrs closed | mcrs2 closed |",
+              "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["graded"]:
+            where = "grid" if r["on_grid"] else "mid"
+            lines.append(f"| {r['K']} | {r['delta']:g} | {where} | {r['rass_gap']:.2e} | "
+                         f"{100 * r['closed_mcrs']:.2f}% | {100 * r['closed_mcrs2']:.2f}% |")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _worst(rows: list[dict], K: int, on_grid: bool, key: str) -> tuple[float, float]:
+    """(smallest ``key`` over K's graded rows on / off the grid, its delta); nan if none."""
+    sel = [r for r in rows if r["K"] == K and r["graded"] and r["on_grid"] == on_grid]
+    if not sel:
+        return float("nan"), float("nan")
+    r = min(sel, key=lambda r: r[key])
+    return r[key], r["delta"]
