@@ -134,6 +134,7 @@ from speccheck.theory.rass_certificate import (
     markov_lower_bound,
     markov_solution,
     maximin_set_bound,
+    one_blas_thread,
     with_markov_bound,
 )
 from speccheck.theory.validate import check_delta, check_K
@@ -990,7 +991,9 @@ def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolut
     closed = closed_form_solution(d, K)
     if closed is not None:
         return closed
-    return evaluated(d, markov_solution(d, K, only_certified=True) or with_markov_bound(d, K, _solve(d, K, max_rounds)))
+    with one_blas_thread():
+        return evaluated(d, markov_solution(d, K, only_certified=True)
+                         or with_markov_bound(d, K, _solve(d, K, max_rounds)))
 
 
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
