@@ -43,7 +43,10 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
   5. stop once gap <= GAP_TOL * min(1, A, 1 - A), or gap <= GAP_TOL (absolute) from round
      ABSOLUTE_AFTER on or where 1 - A <= GAP_TOL, or when the partition would not change, or
      stalled (a refined round that does not cut the gap by 10% while the LP's box cannot grow,
-     or three such rounds in a row), or after ``max_rounds`` (the anytime form). The bounds are
+     or three such rounds in a row), or after ``max_rounds`` (the anytime form; it also stops
+     after a round where the first partition's box bound: the band K >= 48, delta ~ 1e-9 ..
+     1e-6, where each refined round costs seconds, and its LPs try one cold HiGHS strategy,
+     none after a failed warm re-solve: module doc below). The bounds are
      kept across rounds (A* <= A + local gap folded in), so the gap never grows with the rounds;
   5b. where the gap is still above GAP_TOL (the full solve, rejection form) and the first
      partition's box bound (HiGHS failed the larger boxes): the rounds again, the first one a
@@ -422,7 +425,7 @@ class CellKinds:
 
 
 def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None = None, grow: bool = True,
-                      iteration_cap: bool = True, column_scaled: bool = True
+                      iteration_cap: bool = True, column_scaled: bool = True, quick: bool = False
                       ) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
     """:class:`RejectionLP` in a growing box: omega_r >= 0 is eps_r >= -1/K, i.e.
     e_r >= -1/(K s), huge at tiny delta, where HiGHS fails with that box; so the box starts at
@@ -431,13 +434,14 @@ def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None 
     the LP: its dual y is still valid, its weights still feasible. Each larger box re-solves the
     same HiGHS instance from the last basis (a cost change in the dual form), else cold. ``box``:
     where to start (the box of an earlier partition); ``grow`` False: that box only;
-    ``iteration_cap`` False: grow whatever HiGHS's iteration count (the small first partition). Returns
+    ``iteration_cap`` False: grow whatever HiGHS's iteration count (the small first partition);
+    ``quick``: one cold strategy (:class:`RejectionLP`, the anytime form). Returns
     (eps, y, box, stuck) of the last solution (stuck: HiGHS failed in the next larger box), or None."""
     s = masses.scale
     full = 1.0 / (K * s)
     start = min(full, 1.0 / (K * max(s, 1e-3)))
     box = start if box is None else min(box, full)
-    lp = RejectionLP(masses, K, rho, column_scaled)
+    lp = RejectionLP(masses, K, rho, column_scaled, quick=quick)
     best = None
     while True:
         # a larger box: warm, else cold (the dual form's cold solve often succeeds where the warm
@@ -482,7 +486,13 @@ class RejectionLP:
     solvers = ((1, "on"), (1, "off"), (4, "off"))
 
     def __init__(self, masses: CellMasses, K: int, rho: float, column_scaled: bool = True,
-                 centre: np.ndarray | None = None):
+                 centre: np.ndarray | None = None, quick: bool = False):
+        # quick (the anytime form): the first cold strategy only, and none after a failed warm
+        # re-solve in a larger box (the others rescue few LPs, slowly: K = 128, delta = 1e-6, round 1
+        # 2.8 -> 1.2 s, same gap)
+        self.quick = quick
+        if quick:
+            self.solvers = self.solvers[:1]
         s = masses.scale
         kinds = CellKinds(masses)
         self.hinge = np.nonzero(kinds.hinge)[0]
@@ -523,6 +533,8 @@ class RejectionLP:
             self._warm.changeColsCost(K, np.arange(n + 1, n + 1 + K, dtype=np.int32), self._cost(box)[n + 1:])
             self._warm.setOptionValue("presolve", "off")
             out, _ = _solve_model(self._warm, "simplex", size, WARM_ITERATIONS)
+            if out is None and self.quick:
+                return None
         if out is None:
             self._warm = None
             for strategy, presolve in self.solvers:
@@ -541,14 +553,14 @@ class RejectionLP:
         return self.centre - row_dual * self.scale, y, iterations
 
 
-def lp_rejection_centred(masses: CellMasses, K: int, rho: float, centre: exact.RankLaw, column_scaled: bool
-                         ) -> tuple[np.ndarray, np.ndarray] | None:
+def lp_rejection_centred(masses: CellMasses, K: int, rho: float, centre: exact.RankLaw, column_scaled: bool,
+                         quick: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """:class:`RejectionLP` in deviations from ``centre``'s weights omega_0, with e_r >= -omega_0r / s:
     omega >= 0 exactly, no box. Near the optimum the deviations are small while the box form
     needs e ~ 1/(K s) for the ranks that go to 0, where HiGHS fails (K = 128, delta = 1e-6: the
     refined rounds reach omega_r = 0 on 45 ranks this way, certifying 9e-13 where the box form
     stopped at 4e-11). (eps, y) or None."""
-    out = RejectionLP(masses, K, rho, column_scaled, centre=centre.eps).solve(centre.omega / masses.scale)
+    out = RejectionLP(masses, K, rho, column_scaled, centre=centre.eps, quick=quick).solve(centre.omega / masses.scale)
     return None if out is None else (out[0], out[1])
 
 
@@ -784,6 +796,7 @@ class _Search:
 
     def __init__(self, d: float, K: int, max_rounds: int):
         self.d, self.K, self.max_rounds = d, K, max_rounds
+        self.anytime = max_rounds < MAX_ROUNDS
         self.dgrs = float(acceptance_dgrs(d, K))
         self.dgrs_rejection = float(dgrs_levels(d, K).G[-1])
         self.rejection_form = self.dgrs >= 0.5
@@ -821,11 +834,12 @@ class _Search:
         GAP_TOL, the first box is enough: 1 - A certifies)."""
         outs = []
         for v, scaled in enumerate(COLUMN_SCALINGS):
-            out = None if self.best is None else lp_rejection_centred(masses, self.K, self.rho, self.best[0], scaled)
+            out = None if self.best is None else lp_rejection_centred(masses, self.K, self.rho, self.best[0], scaled,
+                                                                      quick=self.anytime)
             if out is None:
                 grow = not self.stuck[v] and (not first or self.dgrs_rejection > GAP_TOL)
                 out = lp_rejection_form(masses, self.K, self.rho, self.boxes[v], grow=grow, iteration_cap=not first,
-                                        column_scaled=scaled)
+                                        column_scaled=scaled, quick=self.anytime)
                 # stuck (HiGHS failed in a larger box): the later partitions keep the last box that worked
                 self.boxes[v] = None if out is None else out[2]
                 self.stuck[v] = self.stuck[v] or (out is not None and out[3])
@@ -883,7 +897,8 @@ class _Search:
             # as much as the last and gains as little)
             stalls = stalls + 1 if rounds >= 2 and gap > STALL_FACTOR * last_gap else 0
             if (gap <= _target(acc, rej) or (gap <= GAP_TOL and (rounds >= ABSOLUTE_AFTER or rej <= GAP_TOL))
-                    or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and all(self.stuck))):
+                    or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and all(self.stuck))
+                    or (self.anytime and self.walk_start is not None)):
                 break
             edges, last_gap = new_edges, gap
         return rounds
@@ -1004,11 +1019,15 @@ def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = Non
     <= 1e-12 * min(1, A, 1 - A) where rounding allows),
     acceptance and rejection exact at the returned weights. A pure function of (delta, K, max_rounds).
 
-    ``max_rounds`` (anytime form, e.g. for an interactive command): stop after that many
-    partition rounds (1..MAX_ROUNDS; None: MAX_ROUNDS, the full solve) and return the best
+    ``max_rounds`` (anytime form, e.g. for an interactive command: ``speccheck theory`` uses
+    ``speccheck.theory.table.rass_budget``): stop after that many
+    partition rounds (1..MAX_ROUNDS - 1; None or MAX_ROUNDS: the full solve), or after the first where its
+    box binds (module doc, step 5), and return the best
     weights so far with their certified gap (valid, possibly above 1e-12; ``iterations`` = the
-    rounds run, both passes of the full solve counted; only the full solve adds the vertex moves
-    and the trust-region pass (module doc, step 5b), which can take seconds at K >= 96).
+    rounds run, both passes of the full solve counted; only the full solve adds the vertex moves,
+    the trust-region pass (module doc, step 5b) and the second and third cold HiGHS strategies,
+    which can take seconds at K >= 96; so the anytime form's rounds are the full solve's only
+    where no LP failed).
     Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.2 s at K = 17..128;
     each later (refined) round ~0.05-1 s, growing with K (two LPs with ~20 cells per crossing;
     measured: ``theory/rass_dual_survey.md``)."""
