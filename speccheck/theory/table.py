@@ -5,10 +5,12 @@ public API, ``speccheck.theory.rank_weight_solution(delta, K, max_iter=rass_budg
 prints that call's weights, acceptance and certified gap unchanged (the row's ``rass_max_iter``
 names the budget: a script that makes the same call gets the same numbers). K <= ``RASS_FULL_K``:
 no budget, the full solve (<= 0.6 s per cell); above, ``RASS_BUDGET_ROUNDS`` partition rounds of
-the LP-duality solver, its anytime form (<= ~1.4 s of CPU per cell at K = 128; the full solve
-takes 1-50 s there: ``theory/rass_dual_survey.md``); where that certifies less than 1e-12
-absolute or 1e-6 relative, the row's note gives the certified bound and the call that solves
-to the end. MCRS needs an LP per
+the LP-duality solver, its anytime form (~0.3-1.6 s of CPU per cell, the command ~0.4 s more;
+the full solve takes 1-50 s at K >= 48: ``theory/rass_dual_survey.md``), which certifies
+<= 1e-12 at many cells and ~1e-11 .. 2e-10 at others (K = 128, delta = 0.0746: 6.5e-12, the full
+solve 1.9e-13; at K >= 48, delta ~ 1e-9 .. 1e-6 one round, 5e-13 .. 5e-11); where it certifies
+less than 1e-12 absolute or 1e-6 relative, the row's note gives the certified bound and the
+call that solves to the end. MCRS needs an LP per
 (delta, K) (seconds to minutes): with ``mcrs="auto"`` it
 is computed only where it is closed-form (delta = 0, K = 1; delta >= 12 for K <= 16) and otherwise skipped
 with a note naming ``--mcrs``; ``mcrs=True`` always solves it, ``False`` never.
@@ -26,9 +28,9 @@ from speccheck.theory.rass import rank_weight_solution
 from speccheck.theory.validate import check_delta, check_K
 
 RASS_FULL_K = 32  # the full solve up to this K (Newton to K = 16, LP duality above: <= 0.6 s per cell)
-RASS_BUDGET_ROUNDS = {64: 4, 128: 3}  # K up to the key: partition rounds of rass_dual's anytime form
+RASS_BUDGET_ROUNDS = {64: 6, 96: 5, 128: 4}  # K up to the key: partition rounds of rass_dual's anytime form
 # (which also stops after round 1 where the first partition's box binds: K >= 48, delta ~ 1e-9 .. 1e-6);
-# benchmarks/bench_theory.py times the command per cell (CPU <= 2 s cold)
+# benchmarks/bench_theory.py --cli-only times the command per cell (target: CPU <= 2 s cold)
 RELATIVE_NOTE = 1e-6  # a row's note also gives the gap where it exceeds this share of min(A, 1 - A)
 MCRS_CLOSED_DELTA = 12.0  # at and beyond it the MCRS policy is the top rank (no LP)
 MCRS_SKIPPED = "MCRS skipped (its LP takes seconds to minutes per cell): add --mcrs to solve it"
