@@ -43,10 +43,11 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
   5. stop once gap <= GAP_TOL * min(1, A, 1 - A), or gap <= GAP_TOL (absolute) from round
      ABSOLUTE_AFTER on or where 1 - A <= GAP_TOL, or when the partition would not change, or
      stalled (a refined round that does not cut the gap by 10% while the LP's box cannot grow,
-     or three such rounds in a row), or after ``max_rounds`` (the anytime form; it also stops
-     after a round where the first partition's box bound: the band K >= 48, delta ~ 1e-9 ..
-     1e-6, where each refined round costs seconds; its LPs try one cold HiGHS strategy, none
-     after a failed warm re-solve, one column scaling on refined partitions). The bounds are
+     or three such rounds in a row), or after ``max_rounds`` (the anytime form; where the first
+     partition's box bound (K >= 48, delta ~ 1e-9 .. 1e-5), where refined rounds can cost
+     seconds, it also stops after round 1 above K = ANYTIME_BOX_K and below once a round does
+     not halve the gap; its LPs try one cold HiGHS strategy, none after a failed warm re-solve,
+     one column scaling on refined partitions). The bounds are
      kept across rounds (A* <= A + local gap folded in), so the gap never grows with the rounds;
   5b. where the gap is still above GAP_TOL (the full solve, rejection form) and the first
      partition's box bound (HiGHS failed the larger boxes): the rounds again, the first one a
@@ -160,12 +161,15 @@ TRUST_STEPS = 40  # trust_region_walk: at most 40 LP solves on the first partiti
 MERGE_DISTANCE = 1e-6  # an LP crossing this close to a best crossing gets no graded cells of its own
 STALL_FACTOR = 0.9  # a refined round that does not cut the gap by 10% is a stall (see _solve)
 ABSOLUTE_AFTER = 2  # rounds after which gap <= GAP_TOL (absolute) ends the refinement
+ANYTIME_BOX_K = 80  # where the first partition's box binds, the anytime form stops after round 1 above this K
+# (a refined round costs 1-2 s at K = 111..128 there) and below it once a round does not halve the gap
 LP_TIME_LIMIT = 60.0  # seconds per LP: a safety valve only (deterministic iteration limits bound the work)
 MIN_ROW_MASS = 1e-12  # acceptance form: cells where q is lighter (relative to the scale) get no LP row
 MAX_RATIO = 1e12  # acceptance form: P_rj is clipped at MAX_RATIO Q_j in the LP
 TINY_DELTA = 1e-150  # below: the LP data are the delta -> 0 limits
 REFINE_OFFSETS = 10.0 ** -np.arange(9.0, 0.0, -1.0)  # 1e-9 .. 1e-1 on both sides of each crossing
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
+LEAN_RULES = ((1e-3, 4), (0.05, 8))  # CellMasses(lean=True): n-point Gauss-Legendre below w * c (see there)
 _EPS = 2.0 ** -52
 
 
@@ -195,9 +199,16 @@ class CellMasses:
     """Exact masses of the cells (-inf, e_0], (e_0, e_1], ..., (e_last, inf) (M = len(edges) + 1).
 
     Q: q's masses; phi: phi's; D_scaled: (Q - phi) / s with s = min(1, delta) (the delta -> 0
-    limit below TINY_DELTA); P: (M, K) order-statistic masses."""
+    limit below TINY_DELTA); P: (M, K) order-statistic masses.
 
-    def __init__(self, delta: float, K: int, edges: np.ndarray):
+    ``lean`` (the anytime form): the narrow cells with w c < 1e-3 (0.05) by 4 (8) Gauss-Legendre
+    points instead of 16, c = K (1 + |z|) + |z - delta| + 1 bounding the log-derivatives of the
+    integrands (that of b_r(Phi(z)) is (r - 1) phi / Phi - (K - r) phi / (1 - Phi), each term
+    <= K (1 + |z|)); the n-point rule's relative error is then ~ (w c)^(2n) (n!)^4 / ((2n + 1)
+    ((2n)!)^3) < 1e-30, far below the rounding allowance. The graded cells (widths 1e-9 .. 1e-4)
+    take most of them: half the time of the masses at K = 128."""
+
+    def __init__(self, delta: float, K: int, edges: np.ndarray, lean: bool = False):
         lo = np.concatenate([[-np.inf], edges])
         hi = np.concatenate([edges, [np.inf]])
         self.scale = min(1.0, delta)
@@ -207,13 +218,21 @@ class CellMasses:
         mid = np.where(np.isfinite(lo) & np.isfinite(hi), 0.5 * (lo + hi), 0.0)
         width = hi - lo
         narrow = np.isfinite(width) & (width * (K + np.abs(mid) + np.abs(mid - delta) + 1.0) < 1.0)
-        self._narrow(delta, K, lo[narrow], hi[narrow], narrow)
+        rest = narrow
+        if lean:
+            wc = width * (K * (1.0 + np.abs(mid)) + np.abs(mid - delta) + 1.0)
+            for limit, n in LEAN_RULES:
+                group = rest & (wc < limit)
+                self._narrow(delta, K, lo[group], hi[group], group, *np.polynomial.legendre.leggauss(n))
+                rest = rest & ~group
+        self._narrow(delta, K, lo[rest], hi[rest], rest, _GL_X, _GL_W)
         self._wide(delta, K, lo[~narrow], hi[~narrow], ~narrow)
 
-    def _narrow(self, delta: float, K: int, lo: np.ndarray, hi: np.ndarray, sel: np.ndarray) -> None:
+    def _narrow(self, delta: float, K: int, lo: np.ndarray, hi: np.ndarray, sel: np.ndarray,
+                gl_x: np.ndarray, gl_w: np.ndarray) -> None:
         half = 0.5 * (hi - lo)
-        z = 0.5 * (hi + lo)[:, None] + half[:, None] * _GL_X[None, :]
-        wts = half[:, None] * _GL_W[None, :]
+        z = 0.5 * (hi + lo)[:, None] + half[:, None] * gl_x[None, :]
+        wts = half[:, None] * gl_w[None, :]
         log_phi = -0.5 * z * z - LOG_SQRT_2PI
         dens = np.exp(log_phi)
         self.phi[sel] = np.sum(wts * dens, axis=1)
@@ -859,7 +878,7 @@ class _Search:
         d, K = self.d, self.K
         edges, last_gap, stalls, rounds = self.base, np.inf, 0, 0
         for rounds in range(1, self.max_rounds + 1):
-            masses = CellMasses(d, K, edges)
+            masses = CellMasses(d, K, edges, lean=self.anytime)
             if walk and rounds == 1:
                 eps, box, scaled = self.walk_start  # that scaling first, the others where it fails
                 scalings = tuple(sorted(COLUMN_SCALINGS, key=lambda c: c != scaled))
@@ -900,7 +919,8 @@ class _Search:
             stalls = stalls + 1 if rounds >= 2 and gap > STALL_FACTOR * last_gap else 0
             if (gap <= _target(acc, rej) or (gap <= GAP_TOL and (rounds >= ABSOLUTE_AFTER or rej <= GAP_TOL))
                     or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and all(self.stuck))
-                    or (self.anytime and self.walk_start is not None)):
+                    or (self.anytime and self.walk_start is not None
+                        and (K > ANYTIME_BOX_K or (rounds >= 2 and gap > 0.5 * last_gap)))):
                 break
             edges, last_gap = new_edges, gap
         return rounds
@@ -1023,8 +1043,8 @@ def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = Non
 
     ``max_rounds`` (anytime form, e.g. for an interactive command: ``speccheck theory`` uses
     ``speccheck.theory.table.rass_budget``): stop after that many
-    partition rounds (1..MAX_ROUNDS - 1; None or MAX_ROUNDS: the full solve), or after the first where its
-    box binds (module doc, step 5), and return the best
+    partition rounds (1..MAX_ROUNDS - 1; None or MAX_ROUNDS: the full solve), or earlier where
+    the first partition's box binds (module doc, step 5), and return the best
     weights so far with their certified gap (valid, possibly above 1e-12; ``iterations`` = the
     rounds run, both passes of the full solve counted; only the full solve adds the vertex moves,
     the trust-region pass (module doc, step 5b), the second and third cold HiGHS strategies and
