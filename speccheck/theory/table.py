@@ -126,7 +126,8 @@ def format_theory_table(rows: list[dict]) -> str:
             notes.append(f"delta = {r['delta']:.4g}, K = {r['K']}: {r['note']}")
     G = next((r["mcrs_G"] for r in rows if r.get("mcrs_G")), None)
     lines.append("RMC uses one draft (K = 1); RASS uses the certified optimal rank weights (acceptance exact, "
-                 "optimality gap <= 1e-12 and <= 1e-6 of min(A, 1 - A) unless noted); MCRS the LP policy on "
+                 "optimality gap <= 1e-12 and <= 1e-6 of min(A, 1 - A) unless noted; K > "
+                 f"{RASS_FULL_K}: rank_weight_solution(delta, K, max_iter=rass_budget(K))); MCRS the LP policy on "
                  f"{G} cells of the largest draft (evaluated exactly); closed = share of RASS's gap "
                  "to the i.i.d.-list bound that MCRS closes.")
     lines += notes
