@@ -891,7 +891,14 @@ class _Search:
                 lp_outs = [] if out is None else [(out[0] - 1.0 / K, out[1])]
             if not lp_outs:
                 break
-            candidates = [c for eps, _ in lp_outs for c in _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND)]
+            if self.anytime and len(lp_outs) > 1:  # anytime: the Newton polish of the best LP weights only
+                candidates = [c for eps, _ in lp_outs for c in _candidates(d, K, eps, polish=False)]
+                if candidates and rounds >= POLISH_FROM_ROUND:
+                    top = functools.reduce(lambda a, b: b if _better(b[1], a[1]) else a, candidates)
+                    candidates.append(newton_polish(d, K, top[0].eps, top[0].omega <= 0.0))
+            else:
+                candidates = [c for eps, _ in lp_outs
+                              for c in _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND)]
             for candidate in candidates:
                 self.offer(candidate)
             if self.best is None:
