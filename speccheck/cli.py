@@ -174,9 +174,9 @@ def _add_theory(sub: argparse._SubParsersAction) -> None:
                                       "(delta, K)",
                        description="RASS's row is speccheck.theory.rank_weight_solution(delta, K, max_iter=M) with "
                                    "M = speccheck.theory.table.rass_budget(K) (JSON: rass_max_iter): the full solve "
-                                   "for K <= 32, a budget of partition rounds above (measured 0.3-1.8 s of CPU per "
-                                   "cell), its certified gap printed as the API returns it; a note names the "
-                                   "full-solve call where the gap is above 1e-12.")
+                                   "for K <= 32, a budget of partition rounds above (the command: 0.6-1.6 s of CPU "
+                                   "per cell measured), its certified gap printed as the API returns it; a note "
+                                   "names the full-solve call where the gap is above 1e-12.")
     p.add_argument("--delta", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="finite, >= 0")
     p.add_argument("--K", type=int, nargs="+", default=[1, 2, 4, 8], help=f"draft counts in [1, {MAX_K}]")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -5,10 +5,11 @@ public API, ``speccheck.theory.rank_weight_solution(delta, K, max_iter=rass_budg
 prints that call's weights, acceptance and certified gap unchanged (the row's ``rass_max_iter``
 names the budget: a script that makes the same call gets the same numbers). K <= ``RASS_FULL_K``:
 no budget, the full solve (<= 0.6 s per cell); above, ``RASS_BUDGET_ROUNDS`` partition rounds of
-the LP-duality solver, its anytime form (~0.3-1.6 s of CPU per cell, the command ~0.4 s more;
-the full solve takes 1-50 s at K >= 48: ``theory/rass_dual_survey.md``), which certifies
-<= 1e-12 at many cells and ~1e-11 .. 2e-10 at others (K = 128, delta = 0.0746: 6.5e-12, the full
-solve 1.9e-13; at K >= 48, delta ~ 1e-9 .. 1e-6 one round, 5e-13 .. 5e-11); where it certifies
+the LP-duality solver, its anytime form (<= 1.4 s of CPU on 65 random cells with K in 17..128,
+the command ~0.45 s more; the full solve takes 1-50 s at K >= 48: ``theory/rass_dual_survey.md``),
+which certified <= 1e-12 on 34 of 40 cells with delta in [1e-12, 40], worst 3.9e-11, and 14 of
+25 in the band delta in [1e-9, 1e-5], K >= 48, worst 4.9e-10 (K = 128, delta = 0.0746: 6.5e-12,
+the full solve 1.9e-13; delta = 1e-6: 4.4e-11, the full solve 7.3e-13 in 12 s); where it certifies
 less than 1e-12 absolute or 1e-6 relative, the row's note gives the certified bound and the
 call that solves to the end. MCRS needs an LP per
 (delta, K) (seconds to minutes): with ``mcrs="auto"`` it
