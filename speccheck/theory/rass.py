@@ -75,6 +75,7 @@ from speccheck.theory.rass_certificate import (
     closed_form_solution,
     evaluated,
     markov_solution,
+    one_blas_thread,
     set_margins,
     with_markov_bound,
 )
@@ -704,11 +705,12 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
         from speccheck.theory.rass_dual import MAX_ROUNDS
 
         return _large_k_solution(d, K, None if max_iter is None else min(max(max_iter, 1), MAX_ROUNDS))
-    markov = markov_solution(d, K, only_certified=True)
-    if markov is not None:
-        return evaluated(d, markov)
-    sol = _optimise(d, K, MAX_ITER if max_iter is None else max_iter, use_table=use_table)
-    return evaluated(d, with_markov_bound(d, K, sol))
+    with one_blas_thread():
+        markov = markov_solution(d, K, only_certified=True)
+        if markov is not None:
+            return evaluated(d, markov)
+        sol = _optimise(d, K, MAX_ITER if max_iter is None else max_iter, use_table=use_table)
+        return evaluated(d, with_markov_bound(d, K, sol))
 
 
 @functools.lru_cache(maxsize=4096)

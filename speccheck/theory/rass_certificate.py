@@ -5,6 +5,7 @@ its own so that both import it and neither imports the other's caller."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import NamedTuple
@@ -26,6 +27,19 @@ MARKOV_GAP = 1e-10  # markov_solution's gap (relative to 1 - A) that makes it th
 _GL16_X, _GL16_W = np.polynomial.legendre.leggauss(16)
 ACTIVE_SET_CHANGES = 8  # ranks entering or leaving the active set per step, at most
 LINE_SEARCH = 12  # step halvings of maximin_set_bound
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager:
+    """A context in which BLAS/LAPACK run on one thread (threadpoolctl, where installed; else a
+    no-op). The solvers' linear algebra is small (K <= 129 square least squares, (cells, K)
+    products), where OpenBLAS's threads only spin: at K = 128, delta = 1e-6 they cost 1.8 s of
+    the 4.6 s of CPU of one round on a 2-core machine. Results do not depend on it beyond the
+    last bits of a least-squares step, and every gap is certified on the values actually used."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # an optional speed-up: scikit-learn's dependency, not speccheck's
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 class RankWeightSolution(NamedTuple):

@@ -43,7 +43,11 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
   5. stop once gap <= GAP_TOL * min(1, A, 1 - A), or gap <= GAP_TOL (absolute) from round
      ABSOLUTE_AFTER on or where 1 - A <= GAP_TOL, or when the partition would not change, or
      stalled (a refined round that does not cut the gap by 10% while the LP's box cannot grow,
-     or three such rounds in a row), or after ``max_rounds`` (the anytime form). The bounds are
+     or three such rounds in a row), or after ``max_rounds`` (the anytime form; where the first
+     partition's box bound (K >= 48, delta ~ 1e-9 .. 1e-5), where refined rounds can cost
+     seconds, it also stops after round 1 above K = ANYTIME_BOX_K and below once a round does
+     not halve the gap; its LPs try one cold HiGHS strategy, none after a failed warm re-solve,
+     one column scaling on refined partitions). The bounds are
      kept across rounds (A* <= A + local gap folded in), so the gap never grows with the rounds;
   5b. where the gap is still above GAP_TOL (the full solve, rejection form) and the first
      partition's box bound (HiGHS failed the larger boxes): the rounds again, the first one a
@@ -134,6 +138,7 @@ from speccheck.theory.rass_certificate import (
     markov_lower_bound,
     markov_solution,
     maximin_set_bound,
+    one_blas_thread,
     with_markov_bound,
 )
 from speccheck.theory.validate import check_delta, check_K
@@ -156,12 +161,15 @@ TRUST_STEPS = 40  # trust_region_walk: at most 40 LP solves on the first partiti
 MERGE_DISTANCE = 1e-6  # an LP crossing this close to a best crossing gets no graded cells of its own
 STALL_FACTOR = 0.9  # a refined round that does not cut the gap by 10% is a stall (see _solve)
 ABSOLUTE_AFTER = 2  # rounds after which gap <= GAP_TOL (absolute) ends the refinement
+ANYTIME_BOX_K = 80  # where the first partition's box binds, the anytime form stops after round 1 above this K
+# (a refined round costs 1-2 s at K = 111..128 there) and below it once a round does not halve the gap
 LP_TIME_LIMIT = 60.0  # seconds per LP: a safety valve only (deterministic iteration limits bound the work)
 MIN_ROW_MASS = 1e-12  # acceptance form: cells where q is lighter (relative to the scale) get no LP row
 MAX_RATIO = 1e12  # acceptance form: P_rj is clipped at MAX_RATIO Q_j in the LP
 TINY_DELTA = 1e-150  # below: the LP data are the delta -> 0 limits
 REFINE_OFFSETS = 10.0 ** -np.arange(9.0, 0.0, -1.0)  # 1e-9 .. 1e-1 on both sides of each crossing
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
+LEAN_RULES = ((1e-3, 4), (0.05, 8))  # CellMasses(lean=True): n-point Gauss-Legendre below w * c (see there)
 _EPS = 2.0 ** -52
 
 
@@ -191,9 +199,16 @@ class CellMasses:
     """Exact masses of the cells (-inf, e_0], (e_0, e_1], ..., (e_last, inf) (M = len(edges) + 1).
 
     Q: q's masses; phi: phi's; D_scaled: (Q - phi) / s with s = min(1, delta) (the delta -> 0
-    limit below TINY_DELTA); P: (M, K) order-statistic masses."""
+    limit below TINY_DELTA); P: (M, K) order-statistic masses.
 
-    def __init__(self, delta: float, K: int, edges: np.ndarray):
+    ``lean`` (the anytime form): the narrow cells with w c < 1e-3 (0.05) by 4 (8) Gauss-Legendre
+    points instead of 16, c = K (1 + |z|) + |z - delta| + 1 bounding the log-derivatives of the
+    integrands (that of b_r(Phi(z)) is (r - 1) phi / Phi - (K - r) phi / (1 - Phi), each term
+    <= K (1 + |z|)); the n-point rule's relative error is then ~ (w c)^(2n) (n!)^4 / ((2n + 1)
+    ((2n)!)^3) < 1e-30, far below the rounding allowance. The graded cells (widths 1e-9 .. 1e-4)
+    take most of them: half the time of the masses at K = 128."""
+
+    def __init__(self, delta: float, K: int, edges: np.ndarray, lean: bool = False):
         lo = np.concatenate([[-np.inf], edges])
         hi = np.concatenate([edges, [np.inf]])
         self.scale = min(1.0, delta)
@@ -203,13 +218,21 @@ class CellMasses:
         mid = np.where(np.isfinite(lo) & np.isfinite(hi), 0.5 * (lo + hi), 0.0)
         width = hi - lo
         narrow = np.isfinite(width) & (width * (K + np.abs(mid) + np.abs(mid - delta) + 1.0) < 1.0)
-        self._narrow(delta, K, lo[narrow], hi[narrow], narrow)
+        rest = narrow
+        if lean:
+            wc = width * (K * (1.0 + np.abs(mid)) + np.abs(mid - delta) + 1.0)
+            for limit, n in LEAN_RULES:
+                group = rest & (wc < limit)
+                self._narrow(delta, K, lo[group], hi[group], group, *np.polynomial.legendre.leggauss(n))
+                rest = rest & ~group
+        self._narrow(delta, K, lo[rest], hi[rest], rest, _GL_X, _GL_W)
         self._wide(delta, K, lo[~narrow], hi[~narrow], ~narrow)
 
-    def _narrow(self, delta: float, K: int, lo: np.ndarray, hi: np.ndarray, sel: np.ndarray) -> None:
+    def _narrow(self, delta: float, K: int, lo: np.ndarray, hi: np.ndarray, sel: np.ndarray,
+                gl_x: np.ndarray, gl_w: np.ndarray) -> None:
         half = 0.5 * (hi - lo)
-        z = 0.5 * (hi + lo)[:, None] + half[:, None] * _GL_X[None, :]
-        wts = half[:, None] * _GL_W[None, :]
+        z = 0.5 * (hi + lo)[:, None] + half[:, None] * gl_x[None, :]
+        wts = half[:, None] * gl_w[None, :]
         log_phi = -0.5 * z * z - LOG_SQRT_2PI
         dens = np.exp(log_phi)
         self.phi[sel] = np.sum(wts * dens, axis=1)
@@ -421,7 +444,7 @@ class CellKinds:
 
 
 def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None = None, grow: bool = True,
-                      iteration_cap: bool = True, column_scaled: bool = True
+                      iteration_cap: bool = True, column_scaled: bool = True, quick: bool = False
                       ) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
     """:class:`RejectionLP` in a growing box: omega_r >= 0 is eps_r >= -1/K, i.e.
     e_r >= -1/(K s), huge at tiny delta, where HiGHS fails with that box; so the box starts at
@@ -430,13 +453,14 @@ def lp_rejection_form(masses: CellMasses, K: int, rho: float, box: float | None 
     the LP: its dual y is still valid, its weights still feasible. Each larger box re-solves the
     same HiGHS instance from the last basis (a cost change in the dual form), else cold. ``box``:
     where to start (the box of an earlier partition); ``grow`` False: that box only;
-    ``iteration_cap`` False: grow whatever HiGHS's iteration count (the small first partition). Returns
+    ``iteration_cap`` False: grow whatever HiGHS's iteration count (the small first partition);
+    ``quick``: one cold strategy (:class:`RejectionLP`, the anytime form). Returns
     (eps, y, box, stuck) of the last solution (stuck: HiGHS failed in the next larger box), or None."""
     s = masses.scale
     full = 1.0 / (K * s)
     start = min(full, 1.0 / (K * max(s, 1e-3)))
     box = start if box is None else min(box, full)
-    lp = RejectionLP(masses, K, rho, column_scaled)
+    lp = RejectionLP(masses, K, rho, column_scaled, quick=quick)
     best = None
     while True:
         # a larger box: warm, else cold (the dual form's cold solve often succeeds where the warm
@@ -481,7 +505,13 @@ class RejectionLP:
     solvers = ((1, "on"), (1, "off"), (4, "off"))
 
     def __init__(self, masses: CellMasses, K: int, rho: float, column_scaled: bool = True,
-                 centre: np.ndarray | None = None):
+                 centre: np.ndarray | None = None, quick: bool = False):
+        # quick (the anytime form): the first cold strategy only, and none after a failed warm
+        # re-solve in a larger box (the others rescue few LPs, slowly: K = 128, delta = 1e-6, round 1
+        # 2.8 -> 1.2 s, same gap)
+        self.quick = quick
+        if quick:
+            self.solvers = self.solvers[:1]
         s = masses.scale
         kinds = CellKinds(masses)
         self.hinge = np.nonzero(kinds.hinge)[0]
@@ -522,6 +552,8 @@ class RejectionLP:
             self._warm.changeColsCost(K, np.arange(n + 1, n + 1 + K, dtype=np.int32), self._cost(box)[n + 1:])
             self._warm.setOptionValue("presolve", "off")
             out, _ = _solve_model(self._warm, "simplex", size, WARM_ITERATIONS)
+            if out is None and self.quick:
+                return None
         if out is None:
             self._warm = None
             for strategy, presolve in self.solvers:
@@ -540,14 +572,14 @@ class RejectionLP:
         return self.centre - row_dual * self.scale, y, iterations
 
 
-def lp_rejection_centred(masses: CellMasses, K: int, rho: float, centre: exact.RankLaw, column_scaled: bool
-                         ) -> tuple[np.ndarray, np.ndarray] | None:
+def lp_rejection_centred(masses: CellMasses, K: int, rho: float, centre: exact.RankLaw, column_scaled: bool,
+                         quick: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """:class:`RejectionLP` in deviations from ``centre``'s weights omega_0, with e_r >= -omega_0r / s:
     omega >= 0 exactly, no box. Near the optimum the deviations are small while the box form
     needs e ~ 1/(K s) for the ranks that go to 0, where HiGHS fails (K = 128, delta = 1e-6: the
     refined rounds reach omega_r = 0 on 45 ranks this way, certifying 9e-13 where the box form
     stopped at 4e-11). (eps, y) or None."""
-    out = RejectionLP(masses, K, rho, column_scaled, centre=centre.eps).solve(centre.omega / masses.scale)
+    out = RejectionLP(masses, K, rho, column_scaled, centre=centre.eps, quick=quick).solve(centre.omega / masses.scale)
     return None if out is None else (out[0], out[1])
 
 
@@ -783,6 +815,7 @@ class _Search:
 
     def __init__(self, d: float, K: int, max_rounds: int):
         self.d, self.K, self.max_rounds = d, K, max_rounds
+        self.anytime = max_rounds < MAX_ROUNDS
         self.dgrs = float(acceptance_dgrs(d, K))
         self.dgrs_rejection = float(dgrs_levels(d, K).G[-1])
         self.rejection_form = self.dgrs >= 0.5
@@ -820,11 +853,12 @@ class _Search:
         GAP_TOL, the first box is enough: 1 - A certifies)."""
         outs = []
         for v, scaled in enumerate(COLUMN_SCALINGS):
-            out = None if self.best is None else lp_rejection_centred(masses, self.K, self.rho, self.best[0], scaled)
+            out = None if self.best is None else lp_rejection_centred(masses, self.K, self.rho, self.best[0], scaled,
+                                                                      quick=self.anytime)
             if out is None:
                 grow = not self.stuck[v] and (not first or self.dgrs_rejection > GAP_TOL)
                 out = lp_rejection_form(masses, self.K, self.rho, self.boxes[v], grow=grow, iteration_cap=not first,
-                                        column_scaled=scaled)
+                                        column_scaled=scaled, quick=self.anytime)
                 # stuck (HiGHS failed in a larger box): the later partitions keep the last box that worked
                 self.boxes[v] = None if out is None else out[2]
                 self.stuck[v] = self.stuck[v] or (out is not None and out[3])
@@ -833,6 +867,8 @@ class _Search:
                     self.walk_start = (out[0], out[2], scaled)
             if out is not None:
                 outs.append((out[0], out[1]))
+                if self.anytime and self.best is not None:  # anytime: one centred LP per refined round
+                    break  # (the second scaling cut no gap of 8 cells at K = 64..128 by 10%, cost ~40% of the time)
         return outs
 
     def rounds(self, walk: bool = False) -> int:
@@ -842,7 +878,7 @@ class _Search:
         d, K = self.d, self.K
         edges, last_gap, stalls, rounds = self.base, np.inf, 0, 0
         for rounds in range(1, self.max_rounds + 1):
-            masses = CellMasses(d, K, edges)
+            masses = CellMasses(d, K, edges, lean=self.anytime)
             if walk and rounds == 1:
                 eps, box, scaled = self.walk_start  # that scaling first, the others where it fails
                 scalings = tuple(sorted(COLUMN_SCALINGS, key=lambda c: c != scaled))
@@ -855,7 +891,14 @@ class _Search:
                 lp_outs = [] if out is None else [(out[0] - 1.0 / K, out[1])]
             if not lp_outs:
                 break
-            candidates = [c for eps, _ in lp_outs for c in _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND)]
+            if self.anytime and len(lp_outs) > 1:  # anytime: the Newton polish of the best LP weights only
+                candidates = [c for eps, _ in lp_outs for c in _candidates(d, K, eps, polish=False)]
+                if candidates and rounds >= POLISH_FROM_ROUND:
+                    top = functools.reduce(lambda a, b: b if _better(b[1], a[1]) else a, candidates)
+                    candidates.append(newton_polish(d, K, top[0].eps, top[0].omega <= 0.0))
+            else:
+                candidates = [c for eps, _ in lp_outs
+                              for c in _candidates(d, K, eps, polish=rounds >= POLISH_FROM_ROUND)]
             for candidate in candidates:
                 self.offer(candidate)
             if self.best is None:
@@ -882,7 +925,9 @@ class _Search:
             # as much as the last and gains as little)
             stalls = stalls + 1 if rounds >= 2 and gap > STALL_FACTOR * last_gap else 0
             if (gap <= _target(acc, rej) or (gap <= GAP_TOL and (rounds >= ABSOLUTE_AFTER or rej <= GAP_TOL))
-                    or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and all(self.stuck))):
+                    or np.array_equal(new_edges, edges) or stalls >= 3 or (stalls and all(self.stuck))
+                    or (self.anytime and self.walk_start is not None
+                        and (K > ANYTIME_BOX_K or (rounds >= 2 and gap > 0.5 * last_gap)))):
                 break
             edges, last_gap = new_edges, gap
         return rounds
@@ -990,7 +1035,9 @@ def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolut
     closed = closed_form_solution(d, K)
     if closed is not None:
         return closed
-    return evaluated(d, markov_solution(d, K, only_certified=True) or with_markov_bound(d, K, _solve(d, K, max_rounds)))
+    with one_blas_thread():
+        return evaluated(d, markov_solution(d, K, only_certified=True)
+                         or with_markov_bound(d, K, _solve(d, K, max_rounds)))
 
 
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
@@ -1001,11 +1048,15 @@ def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = Non
     <= 1e-12 * min(1, A, 1 - A) where rounding allows),
     acceptance and rejection exact at the returned weights. A pure function of (delta, K, max_rounds).
 
-    ``max_rounds`` (anytime form, e.g. for an interactive command): stop after that many
-    partition rounds (1..MAX_ROUNDS; None: MAX_ROUNDS, the full solve) and return the best
+    ``max_rounds`` (anytime form, e.g. for an interactive command: ``speccheck theory`` uses
+    ``speccheck.theory.table.rass_budget``): stop after that many
+    partition rounds (1..MAX_ROUNDS - 1; None or MAX_ROUNDS: the full solve), or earlier where
+    the first partition's box binds (module doc, step 5), and return the best
     weights so far with their certified gap (valid, possibly above 1e-12; ``iterations`` = the
-    rounds run, both passes of the full solve counted; only the full solve adds the vertex moves
-    and the trust-region pass (module doc, step 5b), which can take seconds at K >= 96).
+    rounds run, both passes of the full solve counted; only the full solve adds the vertex moves,
+    the trust-region pass (module doc, step 5b), the second and third cold HiGHS strategies and
+    the second column scaling on refined partitions, which can take seconds at K >= 96: so its
+    rounds are not the full solve's).
     Round 1 (base partition, ~2K + 100 cells) takes ~0.02-0.2 s at K = 17..128;
     each later (refined) round ~0.05-1 s, growing with K (two LPs with ~20 cells per crossing;
     measured: ``theory/rass_dual_survey.md``)."""

@@ -1,12 +1,20 @@
 """The table printed by ``speccheck theory``: one row per (delta, K), answered within a budget.
 
-RMC, D-GRS and both bounds are closed forms (microseconds). The RASS optimum is solved to its
-certified gap for K <= ``RASS_FULL_K`` (milliseconds) and with a budget of refinement rounds of
-the LP-duality solver above it (``RASS_BUDGET_ROUNDS``: about a second at K = 128; where the
-rounds certify less than 1e-12, the row's note gives the certified bound). MCRS needs an LP per
-(delta, K) (seconds to minutes) except with the kernel's shipped policies (G = 64, K <= 16: the
-``mcrs`` kernel's own acceptance, milliseconds): with ``mcrs="auto"`` it is computed there and
-where it is closed-form (delta = 0, K = 1; delta >= 12 for K <= 16) and otherwise skipped
+RMC, D-GRS and both bounds are closed forms (microseconds). The RASS row is one call of the
+public API, ``speccheck.theory.rank_weight_solution(delta, K, max_iter=rass_budget(K))``, and
+prints that call's weights, acceptance and certified gap unchanged (the row's ``rass_max_iter``
+names the budget: a script that makes the same call gets the same numbers). K <= ``RASS_FULL_K``:
+no budget, the full solve (<= 0.6 s per cell); above, ``RASS_BUDGET_ROUNDS`` partition rounds of
+the LP-duality solver, its anytime form (<= 1.4 s of CPU on 65 random cells with K in 17..128,
+the command ~0.45 s more; the full solve takes 1-50 s at K >= 48: ``theory/rass_dual_survey.md``),
+which certified <= 1e-12 on 34 of 40 cells with delta in [1e-12, 40], worst 3.9e-11, and 14 of
+25 in the band delta in [1e-9, 1e-5], K >= 48, worst 4.9e-10 (K = 128, delta = 0.0746: 6.5e-12,
+the full solve 1.9e-13; delta = 1e-6: 4.4e-11, the full solve 7.3e-13 in 12 s); where it certifies
+less than 1e-12 absolute or 1e-6 relative, the row's note gives the certified bound and the
+call that solves to the end. MCRS needs an LP per (delta, K) (seconds to minutes) except with
+the kernel's shipped policies (G = 64, K <= 16: the ``mcrs`` kernel's own acceptance,
+milliseconds): with ``mcrs="auto"`` it is computed there and where it is closed-form (delta = 0,
+K = 1; delta >= 12 for K <= 16) and otherwise skipped
 with a note naming ``--mcrs``; ``mcrs=True`` always solves it, ``False`` never.
 """
 
@@ -19,13 +27,12 @@ from speccheck.errors import InputError
 from speccheck.theory.acceptance import acceptance_dgrs, acceptance_rmc
 from speccheck.theory.bounds import list_bound_dependent, list_bound_iid
 from speccheck.theory.rass import rank_weight_solution
-from speccheck.theory.rass_dual import certified_rank_weights
 from speccheck.theory.validate import check_delta, check_K
 
-RASS_FULL_K = 16  # the Newton solver to its certified gap up to this K; above, the LP-duality solver
-RASS_BUDGET_ROUNDS = {64: 2, 128: 1}  # K up to the key: refinement rounds of rass_dual (<= 1.0 s at
-# K <= 64 over 27 deltas in [0, 40], ~0.3-0.7 s at K = 128 for one round; benchmarks/bench_theory.py
-# times the command); the row reports the gap those rounds certify
+RASS_FULL_K = 32  # the full solve up to this K (Newton to K = 16, LP duality above: <= 0.6 s per cell)
+RASS_BUDGET_ROUNDS = {64: 6, 96: 5, 128: 4}  # K up to the key: partition rounds of rass_dual's anytime form
+# (which also stops after round 1 where the first partition's box binds: K >= 48, delta ~ 1e-9 .. 1e-6);
+# benchmarks/bench_theory.py --cli-only times the command per cell (target: CPU <= 2 s cold)
 RELATIVE_NOTE = 1e-6  # a row's note also gives the gap where it exceeds this share of min(A, 1 - A)
 MCRS_CLOSED_DELTA = 12.0  # at and beyond it the MCRS policy is the top rank (no LP)
 MCRS_SKIPPED = "MCRS skipped (its LP takes seconds to minutes per cell): add --mcrs to solve it"
@@ -45,9 +52,16 @@ def _mcrs_cell(d: float, K: int, mcrs, mcrs_G: int | None) -> tuple[float, str]:
     return float(acceptance_mcrs(d, K, mcrs_G)), ""
 
 
+def rass_budget(K: int) -> int | None:
+    """The ``max_iter`` of the table's RASS call at K: None (the full solve) for K <= RASS_FULL_K,
+    else the partition rounds of RASS_BUDGET_ROUNDS."""
+    return None if K <= RASS_FULL_K else next(v for k, v in RASS_BUDGET_ROUNDS.items() if K <= k)
+
+
 def theory_table(deltas: ArrayLike, Ks: ArrayLike, mcrs_G: int | None = 64, *, mcrs: str | bool = "auto") -> list[dict]:
     """Rows with RMC (K = 1 rule, for reference), D-GRS, optimal-RASS acceptance with its
-    certified gap (absolute, and relative to min(A, 1 - A): ``rass_relative_gap``), MCRS (policy on
+    certified gap (absolute, and relative to min(A, 1 - A): ``rass_relative_gap``; both exactly
+    those of ``rank_weight_solution(delta, K, max_iter=rass_budget(K))``, ``rass_max_iter``), MCRS (policy on
     ``mcrs_G`` cells, evaluated exactly; see ``mcrs``), both
     bounds, RASS's gap to the i.i.d.-list bound and the share of it MCRS closes, the weights.
 
@@ -60,19 +74,20 @@ def theory_table(deltas: ArrayLike, Ks: ArrayLike, mcrs_G: int | None = 64, *, m
     for K in Ks:
         for d in d_arr:
             d = float(d)
-            budget = None if K <= RASS_FULL_K else next(v for k, v in RASS_BUDGET_ROUNDS.items() if K <= k)
-            sol = rank_weight_solution(d, K) if budget is None else certified_rank_weights(d, K, max_rounds=budget)
+            budget = rass_budget(K)
+            sol = rank_weight_solution(d, K, max_iter=budget)
             iid = float(list_bound_iid(d, K))
             mcrs_value, note = _mcrs_cell(d, K, mcrs, mcrs_G)
             gap = iid - sol.acceptance
             closed = (mcrs_value - sol.acceptance) / gap if gap > 1e-12 and np.isfinite(mcrs_value) else float("nan")
             if sol.gap > 1e-12 or sol.relative_gap > RELATIVE_NOTE:
                 lower = max(sol.rejection - sol.gap, 0.0)
-                how = (f"RASS after {budget} refinement round(s)" if budget is not None else "RASS")
+                how = (f"RASS after {sol.iterations} partition round(s) of max_iter={budget}" if budget is not None
+                       else "RASS")
                 budget_note = (f"{how}: 1 - optimum >= {lower:.6g} (1 - RASS = {sol.rejection:.6g}, certified gap "
                                f"{sol.gap:.2g}, {sol.relative_gap:.2g} of min(A, 1 - A)"
-                               + ("; speccheck.theory.rank_weight_solution runs the full solve)" if budget is not None
-                                  else ")"))
+                               + (f"; speccheck.theory.rank_weight_solution({d!r}, {K}) solves to the end)"
+                                  if budget is not None else ")"))
                 note = "; ".join(x for x in (note, budget_note) if x)
             rows.append({
                 "delta": d,
@@ -83,6 +98,7 @@ def theory_table(deltas: ArrayLike, Ks: ArrayLike, mcrs_G: int | None = 64, *, m
                 "rass_rejection": sol.rejection,
                 "rass_certified_gap": sol.gap,
                 "rass_relative_gap": sol.relative_gap,
+                "rass_max_iter": budget,
                 "mcrs": mcrs_value,
                 "mcrs_G": mcrs_G,
                 "iid_bound": iid,
@@ -115,7 +131,8 @@ def format_theory_table(rows: list[dict]) -> str:
             notes.append(f"delta = {r['delta']:.4g}, K = {r['K']}: {r['note']}")
     G = next((r["mcrs_G"] for r in rows if r.get("mcrs_G")), None)
     lines.append("RMC uses one draft (K = 1); RASS uses the certified optimal rank weights (acceptance exact, "
-                 "optimality gap <= 1e-12 and <= 1e-6 of min(A, 1 - A) unless noted); MCRS the LP policy on "
+                 "optimality gap <= 1e-12 and <= 1e-6 of min(A, 1 - A) unless noted; K > "
+                 f"{RASS_FULL_K}: rank_weight_solution(delta, K, max_iter=rass_budget(K))); MCRS the LP policy on "
                  f"{G} cells of the largest draft (evaluated exactly); closed = share of RASS's gap "
                  "to the i.i.d.-list bound that MCRS closes.")
     lines += notes

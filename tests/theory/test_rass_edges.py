@@ -144,9 +144,32 @@ def test_theory_table_reports_the_relative_gap():
     from speccheck.theory.table import theory_table
 
     (row,) = theory_table([1e-14], [64], mcrs_G=None)
-    sol = certified_rank_weights(1e-14, 64, max_rounds=2)
+    sol = rank_weight_solution(1e-14, 64, max_iter=row["rass_max_iter"])
     assert row["rass_rejection"] == sol.rejection and row["rass_certified_gap"] == sol.gap
     assert row["rass_relative_gap"] == sol.relative_gap > 1e-6
     assert "certified gap" in row["note"] and "of min(A, 1 - A)" in row["note"]
     (row,) = theory_table([1e-300], [8], mcrs_G=None)
     assert row["rass_relative_gap"] <= 1e-10 and row["rass_rejection"] <= _dgrs_rejection(1e-300, 8)
+
+
+def test_theory_command_prints_the_api_calls_certified_gap(capsys):
+    # issue 29.2: the command's RASS row is one API call, rank_weight_solution(delta, K,
+    # max_iter=rass_budget(K)), and prints its acceptance and certified gap unchanged (here K =
+    # 128, the issue's cell; the budgeted anytime form there: a valid gap, the call named in the note)
+    import json
+
+    from speccheck.cli import main
+    from speccheck.theory.table import rass_budget
+
+    d, K = 0.0746, 128
+    assert main(["theory", "--delta", str(d), "--K", str(K), "--no-mcrs", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    api = rank_weight_solution(d, K, max_iter=rass_budget(K))
+    assert row["rass_max_iter"] == rass_budget(K) is not None
+    assert row["rass"] == api.acceptance and row["rass_rejection"] == api.rejection
+    assert row["rass_certified_gap"] == api.gap and row["rass_relative_gap"] == api.relative_gap
+    assert row["omega"] == [round(float(w), 6) for w in api.omega]
+    assert 0.0 < api.gap <= 1e-10  # four rounds certify 6.5e-12 here (one round: 1.6e-7; the full solve 1.9e-13)
+    assert main(["theory", "--delta", str(d), "--K", str(K), "--no-mcrs"]) == 0
+    text = capsys.readouterr().out
+    assert f"certified gap {api.gap:.2g}" in text and f"rank_weight_solution({d!r}, {K})" in text
