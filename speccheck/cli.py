@@ -117,13 +117,9 @@ def _write_text(path: str, text: str, option: str) -> None:
 
 def _finite_json(obj: Any) -> Any:
     """``obj`` with every non-finite float replaced by None: printed JSON stays valid JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_json(v) for v in obj]
-    return obj
+    from speccheck.scale.jobs import finite_json
+
+    return finite_json(obj)
 
 
 def _json_text(obj: Any) -> str:

@@ -617,14 +617,14 @@ def format_calibration(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _finite(value: object) -> object:
+def finite_json(value: object) -> object:
     """``value`` with every non-finite float replaced by None (containers recursively)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     return value
 
 
@@ -635,7 +635,7 @@ def write_json(value: dict, path: str) -> None:
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as fh:
-        json.dump(_finite(value), fh, indent=2, allow_nan=False)
+        json.dump(finite_json(value), fh, indent=2, allow_nan=False)
     os.replace(tmp, path)  # atomic: never a half-written JSON file
 
 

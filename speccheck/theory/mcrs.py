@@ -41,6 +41,7 @@ import functools
 import hashlib
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -731,7 +732,7 @@ def policy_checksum(pi: np.ndarray, checked: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def package_entry(z, K: int, G: int) -> tuple[np.ndarray, np.ndarray] | None:
+def package_entry(z: Mapping[str, np.ndarray], K: int, G: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(policies, checked flags) of K in the npz mapping ``z`` if its layout key, edges (to
     :data:`EDGES_ATOL`) and content checksum all match; else None (the entry is ignored)."""
     names = (f"K{K}", f"layout_K{K}", f"checked_K{K}", f"edges_K{K}", f"sha_K{K}")

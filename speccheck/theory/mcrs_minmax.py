@@ -82,7 +82,8 @@ def _pieces_edges(lo, lobar, hi, hibar) -> tuple[np.ndarray, np.ndarray]:
     return u[keep], y[keep]
 
 
-def pair_probabilities(K: int, lo, lobar, hi, hibar) -> np.ndarray:
+def pair_probabilities(K: int, lo: np.ndarray, lobar: np.ndarray, hi: np.ndarray,
+                       hibar: np.ndarray) -> np.ndarray:
     """P(min in min-cell i, max in max-cell j), shape (G1, G2), from F(a, b) = P(a < all < b) =
     (b - a)_+^K by inclusion-exclusion (clipped at 0: rounding in the narrow tail pairs)."""
     def F(a, abar, b, bbar):
@@ -94,7 +95,8 @@ def pair_probabilities(K: int, lo, lobar, hi, hibar) -> np.ndarray:
     return np.clip(P, 0.0, None)
 
 
-def minmax_factors(u: np.ndarray, y: np.ndarray, K: int, lo, lobar, hi, hibar) -> tuple[np.ndarray, np.ndarray]:
+def minmax_factors(u: np.ndarray, y: np.ndarray, K: int, lo: np.ndarray, lobar: np.ndarray, hi: np.ndarray,
+                   hibar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The density's separable factors: d g(x_n) / d pi_r(i, j) = A[r - 1, n, i] B[r - 1, n, j]
     (module docstring), shapes (K, N, G1) and (K, N, G2); x = u given with y = 1 - u accurately
     (differences to edges above 1/2 taken in y)."""
@@ -124,7 +126,8 @@ def minmax_factors(u: np.ndarray, y: np.ndarray, K: int, lo, lobar, hi, hibar) -
     return A, B
 
 
-def minmax_design(u: np.ndarray, y: np.ndarray, K: int, lo, lobar, hi, hibar) -> np.ndarray:
+def minmax_design(u: np.ndarray, y: np.ndarray, K: int, lo: np.ndarray, lobar: np.ndarray, hi: np.ndarray,
+                  hibar: np.ndarray) -> np.ndarray:
     """D[n, i, j, r - 1] = d g(x_n) / d pi_r(i, j) = A[r-1, n, i] B[r-1, n, j] (:func:`minmax_factors`),
     shape (N, G1, G2, K)."""
     A, B = minmax_factors(u, y, K, lo, lobar, hi, hibar)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +83,7 @@ def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.where(beyond, TOP, lo), np.where(beyond, TOP, hi), np.where(beyond, 0.0, t)
 
 
-def load_entry(z, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+def load_entry(z: Mapping[str, np.ndarray], K: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(policies, checked acceptances) of K in the npz mapping ``z`` if key and checksum match."""
     names = (f"K{K}", f"checked_K{K}", f"layout_K{K}", f"sha_K{K}")
     if not all(n in z for n in names) or str(z[f"layout_K{K}"]) != layout_key(K):
