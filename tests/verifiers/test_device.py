@@ -81,7 +81,8 @@ def test_mcrs_syncs_do_not_grow_with_the_batch(K):
 def test_syncs_and_ops_per_call_do_not_grow_with_the_batch(rule):
     """Syncs at 2^20 rows <= syncs at 2^12 + 4 (eight doublings: a sync per doubling fails) for every
     delta in {0.001, 1, 10} and K in {1, 4, 16} (issue 17), <= 30 for rmc/dgrs/rass at
-    delta >= 0.05; ops likewise bounded (the rejection rounds and the inverse-CDF fallback are the only parts a call may skip)."""
+    delta >= 0.05; ops likewise bounded (the rejection rounds and the inverse-CDF fallback are the
+    only parts a call may skip)."""
     for K, delta in _cases(rule):
         small = _fake_cuda_call(rule, K, delta, 1 << 12)
         big = _fake_cuda_call(rule, K, delta, 1 << 20)
