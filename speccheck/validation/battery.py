@@ -21,7 +21,7 @@ Layers (sizes in the suite's TOML, ``speccheck/data/suites/*.toml``; ``layers=``
 - L6 sequence (:mod:`speccheck.validation.sequence`): one instance through many calls as a
   sampler makes them (K changing, batches of 1..256 rows, constant / near-constant / mixed
   deltas): pooled PIT, mean and delta-proportional shift, row independence, acceptance at small
-  and large anchors, and a replay on a fresh instance (bit-identical outputs).
+  and large anchors (and, where a suite asks, a replay on a fresh instance).
 
 Error control: every statistical test has a valid p-value; the suite's family-wise
 false-failure rate ``family_alpha`` is split by Holm over all of them; thresholds are quoted

@@ -35,7 +35,8 @@ Under exactness, with z = s_out - delta (i.i.d. N(0, 1) given the deltas, whatev
   (two-sided), pooled, and for ``small_calls`` extra K = 1 calls at each of the
   ``small_anchors`` on its own: there the count of rejections, O(delta) per row, shows a rule
   that treats delta below a threshold as 0;
-- replayed calls give bit-identical outputs (a contract check, false-failure rate 0).
+- replayed calls give the same outputs (accepted flags exactly, s_out to ``REPLAY_RTOL``; a
+  contract check, false-failure rate 0).
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ from speccheck.validation.suites import SequenceSpec
 LAYER = "L6"
 CELL = "one instance, mixed calls"
 SMALL_CALL = 16  # rows: a call at most this large is a "small call"
+#: replayed outputs must match to this relative tolerance (accepted flags exactly): a cache that
+#: is warm on the replay may round differently in the last bits (rass-icdf's tables do); a draw
+#: from the global RNG or state that changes the law differs by O(1)
+REPLAY_RTOL = 1e-9
 _NEAR = (0.005, 0.024)  # relative half-spread of near-constant calls: all deltas within 5% of each other
 
 
@@ -172,7 +177,8 @@ def _replay(fresh: Any, calls: list[tuple], outs: list[tuple], spec: SequenceSpe
         torch.set_rng_state(after)
     if isinstance(again, TestResult):
         return contract_result(CELL, "contract:replay-identical", 1, n, f"the replay failed: {again.note}", LAYER)
-    bad = [i for i in range(n) if not (torch.equal(again[i][1], outs[i][1]) and torch.equal(again[i][2], outs[i][2]))]
+    bad = [i for i in range(n) if not (torch.equal(again[i][2], outs[i][2])
+                                       and torch.allclose(again[i][1], outs[i][1], rtol=REPLAY_RTOL, atol=1e-12))]
     note = "" if not bad else (f"calls {bad[:5]} gave other outputs with the same inputs and generator seed on a fresh "
                                "instance (the global RNG, or state other than the generator, decides the output)")
     return contract_result(CELL, "contract:replay-identical", len(bad), n, note, LAYER)

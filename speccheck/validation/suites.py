@@ -103,7 +103,8 @@ class SequenceSpec:
     """Layer 6: ``calls`` calls on one instance (see :mod:`speccheck.validation.sequence`); K from
     ``K`` (K = 1 with probability ``k1_share``), batch sizes log-uniform on 1 .. ``max_batch``,
     constant and near-constant calls at the ``anchors``, mixed calls log-uniform on
-    [``delta_lo``, ``delta_hi``]; the first ``replay`` calls replayed on a fresh instance;
+    [``delta_lo``, ``delta_hi``]; the first ``replay`` calls replayed on a fresh instance (0 = off,
+    the shipped suites' setting: the contract layer checks same seed => same output);
     ``small_calls`` extra K = 1 constant calls at the ``small_anchors``."""
 
     K: list[int]
@@ -114,7 +115,7 @@ class SequenceSpec:
     delta_lo: float = 1e-3
     delta_hi: float = 40.0
     small_delta: float = 0.1
-    replay: int = 128
+    replay: int = 0
     small_calls: int = 1000
     small_anchors: list[float] = field(default_factory=lambda: [0.005, 0.008, 0.02, 0.04])
 
@@ -289,7 +290,7 @@ def _parse_sequence(t: dict) -> SequenceSpec:
     if not 0 <= share <= 1 or not 0 < small <= MAX_DELTA:
         raise LoadError(f"suite [sequence] k1_share must be in [0, 1] and small_delta in (0, {MAX_DELTA:g}], got "
                         f"{share!r}, {small!r}")
-    replay = t.get("replay", 128)
+    replay = t.get("replay", 0)
     if isinstance(replay, bool) or not isinstance(replay, int) or replay < 0:
         raise LoadError(f"suite [sequence] replay must be an integer >= 0, got replay={replay!r}")
     small_anchors = [float(x) for x in t.get("small_anchors", SequenceSpec([1]).small_anchors)]

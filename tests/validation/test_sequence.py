@@ -14,7 +14,8 @@ from speccheck.validation.suites import parse_suite
 from speccheck.validation.zoo import ZOO
 
 #: the layer (and K) of the gate that kills each mutant; the rest of the zoo dies in L6
-KILLED_ELSEWHERE = {"zoo-k7-window": (["L5"], [7]), "zoo-k11-residual": (["L5"], [11])}
+KILLED_ELSEWHERE = {"zoo-k7-window": (["L5"], [7]), "zoo-k11-residual": (["L5"], [11]),
+                    "zoo-global-rng": (["L0"], None)}
 
 
 @pytest.mark.parametrize("rule", ["dgrs", "rmc", "rass"])
@@ -29,7 +30,7 @@ def test_every_zoo_mutant_dies_in_the_gate(name):
     layers, Ks = KILLED_ELSEWHERE.get(name, (["L6"], None))
     rep = run_battery(ZOO[name](), "gate", layers=layers, Ks=Ks)
     assert not rep.passed, name
-    if name in KILLED_ELSEWHERE:  # localised at the K and delta window of the defect
+    if name in ("zoo-k7-window", "zoo-k11-residual"):  # localised at the K and delta window of the defect
         assert any(loc.confirmed and loc.K == Ks[0] for loc in rep.localisations), rep.localisations
 
 
@@ -65,3 +66,14 @@ def test_localisation_names_every_failing_k():
     chosen = candidates(failures, max_candidates=3)
     assert sorted({K for _, _, K, _ in chosen}) == [3, 5, 9, 12]  # none left out by the cap
     assert chosen[0][:3] == (0.1, 0.3, 3)  # the most significant region first
+
+
+def test_the_replay_catches_the_global_rng_when_a_suite_asks_for_it():
+    from dataclasses import replace
+
+    from speccheck.validation.suites import load_suite
+
+    st = load_suite("gate")
+    st = replace(st, sequence=replace(st.sequence, replay=128))
+    rep = run_battery(ZOO["zoo-global-rng"](), st, layers=["L6"])
+    assert any(r.test == "contract:replay-identical" and not r.passed for r in rep.results)
