@@ -1,4 +1,5 @@
-"""Verifiers for the API tests: stateful, raising, out of memory. Loaded by spec string
+"""Verifiers for the API tests: raising, out of memory, biased (the stateful one is
+``speccheck.validation.zoo:StaleK``). Loaded by spec string
 (``tests.api_rules:Name``) so that they also run in isolated and Dask worker processes."""
 
 from __future__ import annotations
@@ -6,27 +7,6 @@ from __future__ import annotations
 import torch
 
 from speccheck.verifiers.dgrs import DGRS
-
-
-class StaleK(DGRS):
-    """Keeps the first call's K: later calls with more drafts see only that many (a stale table).
-    Not exact once a call has a larger K than the first one of its instance."""
-
-    name = "stale-k"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first_K = None
-
-    def verify(self, delta, s, generator=None):
-        if self.first_K is None:
-            self.first_K = s.shape[1]
-        K = s.shape[1]
-        if K > self.first_K:  # the stale table: drafts past the first K are rejected, residual kept
-            s_out, acc, idx = super().verify(delta, s[:, : self.first_K].contiguous(), generator)
-            idx = torch.where(acc, idx, torch.full_like(idx, K))
-            return s_out, acc, idx
-        return super().verify(delta, s, generator)
 
 
 class RaisesOnSmallBatches(DGRS):

@@ -32,7 +32,7 @@ def _plain(report: dict) -> dict:
     return {k: v for k, v in report.items() if k not in TIMINGS}
 
 
-@pytest.mark.parametrize("rule", ["dgrs", "tests.api_rules:StaleK"])
+@pytest.mark.parametrize("rule", ["dgrs", "speccheck.validation.zoo:StaleK"])
 def test_every_path_gives_the_same_verdict_and_report(suite, rule, tmp_path, capsys):
     isolated = speccheck.battery(rule, suite)
     here = speccheck.battery(rule, suite, isolate=False)
