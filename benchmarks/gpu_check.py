@@ -43,7 +43,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES = ["rmc", "dgrs", "rass", "rass-icdf", "mcrs"]
+RULES = ["rmc", "dgrs", "rass", "rass-icdf", "mcrs", "mcrs2"]
 
 
 def _json_default(x: object) -> object:
