@@ -340,6 +340,30 @@ def sample_rejection(
     return x, done
 
 
+def rejected_outputs(rej: Tensor, sel: Tensor, delta: Tensor, uniform_groups: np.ndarray, uniform_rows: Tensor,
+                     residual: FinishFn) -> Tensor:
+    """Outputs of the rejected rows ``rej`` of a policy kernel (MCRS, MCRS-2) that selected the
+    draft ``sel[B]`` and accepted it w.p. min(1, q / p_pi).
+
+    Law: a row whose policy is the uniform one alone (p = phi exactly) returns the reflection
+    delta - S of its draft (given rejection, delta - S ~ (q - phi)_+ / mass: the reflection
+    coupling of SPEC section 1); every other row returns ``residual(rows)``, a draw from its
+    own (q - p_pi)_+ / mass. ``uniform_groups`` (numpy, per delta group) says on the host whether
+    all, none or some rows are uniform: ``residual`` is called at most once, on the non-uniform
+    rows, and the per-row flags ``uniform_rows[B]`` are read only when the groups mix both (no
+    host sync otherwise). Returns the outputs of ``rej`` in its order."""
+    if uniform_groups.all():
+        return delta[rej] - sel[rej]
+    if not uniform_groups.any():
+        return residual(rej)
+    uni = uniform_rows[rej]
+    out = torch.where(uni, delta[rej] - sel[rej], sel[rej])
+    rest = rej[~uni]
+    if rest.numel():
+        out[~uni] = residual(rest)
+    return out
+
+
 # ----------------------------------------------------------------------------- inverse CDF
 SECTIONS = 16  # points per bracket and step of the crossing search
 # a 1/32 cell cut 16-fold 8 times: brackets of 2^-37 ~ 7e-12. A root error eps costs at most

@@ -439,17 +439,10 @@ class MCRS(ScalarVerifier):
         if rej.numel():
             # p = phi exactly (uniform policy, t = 0): the residual is the reflection of the draft.
             # Which groups are uniform is known on the host (no sync unless the batch mixes both).
-            uni_u = ((K == 1) | (lo_u == 0)) & (t_np == 0)
-            if uni_u.all():
-                s_out[rej] = delta[rej] - sel[rej]
-            elif not uni_u.any():
-                s_out[rej] = self._residual(delta_u, mix_u, group[rej], tab, generator, delta_np)
-            else:
-                uni = (tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0))[rej]
-                s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])
-                rest = rej[~uni]
-                if rest.numel():
-                    s_out[rest] = self._residual(delta_u, mix_u, group[rest], tab, generator, delta_np)
+            s_out[rej] = _residual.rejected_outputs(
+                rej, sel, delta, ((K == 1) | (lo_u == 0)) & (t_np == 0),
+                tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0),
+                lambda rows: self._residual(delta_u, mix_u, group[rows], tab, generator, delta_np))
         return s_out, accepted, index
 
     def _residual(self, delta_u, mix_u, group, tab, generator, delta_np: np.ndarray) -> Tensor:

@@ -247,18 +247,11 @@ class MCRS2(ScalarVerifier):
         index = torch.gather(order, 1, r)[:, 0]
         h = _residual.log_ratio(sel, delta, log_g(sel[:, None], mix_row, tab)[:, 0])
         s_out, accepted, index, rej = couple_selected(sel, index, h, K, generator)
-        if rej.numel():
-            uni_u = (lo_u == 0) & (t_np == 0)
-            if uni_u.all():
-                s_out[rej] = delta[rej] - sel[rej]
-            elif not uni_u.any():
-                s_out[rej] = self._residual(delta_u, mix_u, group[rej], tab, generator, delta_np)
-            else:
-                uni = (tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0))[rej]
-                s_out[rej] = torch.where(uni, delta[rej] - sel[rej], sel[rej])
-                rest = rej[~uni]
-                if rest.numel():
-                    s_out[rest] = self._residual(delta_u, mix_u, group[rest], tab, generator, delta_np)
+        if rej.numel():  # reflection for the uniform policy, else the residual (as MCRS)
+            s_out[rej] = _residual.rejected_outputs(
+                rej, sel, delta, (lo_u == 0) & (t_np == 0),
+                tab["uniform"][full(mix_row[0])] & (full(mix_row[2]) == 0),
+                lambda rows: self._residual(delta_u, mix_u, group[rows], tab, generator, delta_np))
         return s_out, accepted, index
 
     def _residual(self, delta_u, mix_u, group, tab, generator, delta_np: np.ndarray) -> Tensor:

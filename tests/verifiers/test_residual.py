@@ -285,3 +285,25 @@ def test_rass_icdf_residual_law_with_many_deltas(K):
     x = v._residual_rows(torch.tensor(deltas), mix, None, group, g, deltas).numpy()
     u = _residual_pit(x, group.numpy(), deltas, K, W)
     assert_cdf(torch.from_numpy(u), lambda t: np.clip(t, 0.0, 1.0), label=f"rass-icdf many deltas K={K}")
+
+
+@pytest.mark.parametrize("uniform_groups", [[True, True], [False, False], [True, False]])
+def test_rejected_outputs_reflect_uniform_rows_and_draw_the_rest(uniform_groups):
+    """rejected_outputs (MCRS, MCRS-2): uniform rows get delta - S, the others the residual's draws
+    (in rej's order), and the residual is called once at most, never with no rows."""
+    from speccheck.verifiers._residual import rejected_outputs
+
+    sel = torch.arange(6, dtype=torch.float64)
+    delta = torch.full((6,), 10.0, dtype=torch.float64)
+    rows_uniform = torch.tensor([uniform_groups[0]] * 3 + [uniform_groups[1]] * 3)
+    rej = torch.tensor([5, 0, 4, 1])
+    calls = []
+
+    def residual(rows):
+        calls.append(rows.tolist())
+        return -100.0 - rows.to(torch.float64)
+
+    out = rejected_outputs(rej, sel, delta, np.array(uniform_groups), rows_uniform, residual)
+    expect = [10.0 - r if rows_uniform[r] else -100.0 - r for r in rej.tolist()]
+    assert out.tolist() == expect
+    assert calls == ([] if all(uniform_groups) else [[r for r in rej.tolist() if not rows_uniform[r]]])
