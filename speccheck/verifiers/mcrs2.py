@@ -11,9 +11,10 @@ with the inverse-CDF sampler for the rows left over (the shared sampler of
 uses the g_pi of the policy it drew from.
 
 Policies. On MCRS-2's delta grid (:data:`speccheck.verifiers.mcrs2_data.GRID`: MCRS's, plus
-points every 0.0125 on [0.0375, 0.4875]), a row uses the interpolation (1 - t) pi_lo + t pi_hi of
-its two neighbouring grid policies (a policy again, and g = (1 - t) g_lo + t g_hi). For K = 2..4 on
-0 < delta <= 3, and K = 5..8 on MCRS's grid points in [0.05, 3], the grid policies are the checked
+points every 0.0125 on [0.0375, 0.4875] and every 0.00625 on [0.125, 0.2]), a row uses the
+interpolation (1 - t) pi_lo + t pi_hi of its two neighbouring grid policies (a policy again, and
+g = (1 - t) g_lo + t g_hi). For K = 2..4 on 0 < delta <= 3, and K = 5..8 on MCRS's grid points in
+[0.05, 3] and the fine points in [0.1, 0.25], the grid policies are the checked
 min-max LP policies shipped in speccheck/data/mcrs2_policies_G8x64.npz (loaded, never solved at run
 time); delta = 0 is the uniform policy (p = phi, reflection as RMC); other MCRS grid points (RASS's
 gap < 1e-3 there) use the MCRS kernel's max-only policy (shipped) lifted to the pairs, other fine
@@ -77,7 +78,7 @@ class _MinMaxTable:
                           f"speccheck.verifiers.mcrs2_data.build_minmax_data)", RuntimeWarning, stacklevel=4)
         if _data.ON_MCRS_GRID[gi]:
             return _data.lifted_max_only(K, gi)
-        # a FINE point without its own policy: the mix of its neighbours on MCRS's grid
+        # a fine point (FINE, FINER) without its own policy: the mix of its neighbours on MCRS's grid
         lo = int(np.nonzero(_data.ON_MCRS_GRID[:gi])[0][-1])
         hi = gi + 1 + int(np.nonzero(_data.ON_MCRS_GRID[gi + 1:])[0][0])
         t = (_data.GRID[gi] - _data.GRID[lo]) / (_data.GRID[hi] - _data.GRID[lo])

@@ -1,17 +1,20 @@
 """MCRS-2 policy data: the checked min-max policies of :mod:`speccheck.theory.mcrs_minmax` on the
 MCRS-2 delta grid, shipped as speccheck/data/mcrs2_policies_G8x64.npz (numpy only, no torch).
 
-Grid (:data:`GRID`): MCRS's grid plus :data:`FINE` (step 0.0125 on [0.0375, 0.4875]). Mixing the
-neighbouring grid policies costs the min-max policy much more than the max-only one between grid
-points 0.05 apart (K = 4, delta = 0.075: 90.7% of RASS's gap closed against 97.9% / 97.7% at
-0.05 / 0.1; K = 2, 0.075: 95.5%); at step 0.0125 the loss falls ~16-fold.
+Grid (:data:`GRID`): MCRS's grid plus :data:`FINE` (step 0.0125 on [0.0375, 0.4875]) and
+:data:`FINER` (FINE's midpoints on [0.125, 0.2]). Mixing the neighbouring grid policies costs the
+min-max policy much more than the max-only one between grid points 0.05 apart (K = 4, delta =
+0.075: 90.7% of RASS's gap closed against 97.9% / 97.7% at 0.05 / 0.1; K = 2, 0.075: 95.5%); at
+step 0.0125 the loss falls ~16-fold. FINER is where K = 2's LP policies themselves close only
+97.01-97.03% of the gap, so the 0.01-0.04 points lost between FINE points took it below 97%
+(96.988% at 0.168); at step 0.00625 the minimum is the LP's own, 97.009% at 0.16875.
 
 Layout per K (2..:data:`MAX_MINMAX_K`): ``K{K}`` shape (TOP, G1, G2, K), NaN where the grid
 point has no min-max policy (delta = 0, delta > :data:`MINMAX_MAX_DELTA`, MCRS grid points below
-0.05 for K >= 5: the kernel then uses the max-only MCRS policy lifted to the pairs; a FINE point
-without one: the mix of its neighbours'); ``checked_K{K}`` the exact acceptance each stored policy
-passed its check with; ``layout_K{K}`` the layout key (from the definition only: version, cells,
-K, grid in integer thousandths); ``sha_K{K}`` a sha256 of both arrays, verified on load.
+0.05 for K >= 5: the kernel then uses the max-only MCRS policy lifted to the pairs; a FINE or
+FINER point without one: the mix of its neighbours'); ``checked_K{K}`` the exact acceptance each
+stored policy passed its check with; ``layout_K{K}`` the layout key (from the definition only: version, cells,
+K, grid in units of 0.00005); ``sha_K{K}`` a sha256 of both arrays, verified on load.
 """
 
 from __future__ import annotations
@@ -38,16 +41,19 @@ FINE_RANGE_LARGE_K = (0.1, 0.25)  # K >= 5: FINE points with their own LP policy
 MINMAX_MAX_DELTA = 3.0  # grid points above this use the max-only policy (RASS's gap < ~1e-4 there)
 LAYOUT_VERSION = 2
 FINE = np.round(np.arange(0.0375, 0.49, 0.0125), 12)
-GRID = np.unique(np.round(np.concatenate([_mcrs.DELTA_GRID, FINE]), 12))  # every point a multiple of 0.0005
+FINER = np.round(np.arange(0.13125, 0.2, 0.0125), 12)  # FINE's midpoints on [0.125, 0.2]
+# every point a multiple of 0.00005 (layout_key's unit)
+GRID = np.unique(np.round(np.concatenate([_mcrs.DELTA_GRID, FINE, FINER]), 12))
 TOP = GRID.size  # pseudo grid point: the top-rank policy (delta >= GRID[-1])
 ON_MCRS_GRID = np.isin(GRID, _mcrs.DELTA_GRID)
 MCRS_INDEX = np.searchsorted(_mcrs.DELTA_GRID, GRID)  # index in MCRS's grid (valid where ON_MCRS_GRID)
 PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs2_policies_G{G1}x{G2}.npz"
 
 
-def layout_key(K: int) -> str:
-    """From the layout's definition only (never from computed floats): same under every numpy."""
-    units = np.rint(GRID * 20000.0).astype(np.int64)  # exact: multiples of 0.00005
+def layout_key(K: int, grid: np.ndarray = GRID) -> str:
+    """From the layout's definition only (never from computed floats): same under every numpy.
+    ``grid``: :data:`GRID` (an earlier grid only to read data written under it, :func:`regrid_minmax_data`)."""
+    units = np.rint(np.asarray(grid) * 20000.0).astype(np.int64)  # exact: multiples of 0.00005
     desc = (f"mcrs2;v{LAYOUT_VERSION};{_mcrs._theory.GRID_KIND};K={int(K)};G1={G1};G2={G2};"
             f"maxdelta_milli={int(round(MINMAX_MAX_DELTA * 1000))};grid_20000ths=" + ",".join(map(str, units)))
     return hashlib.sha256(desc.encode("ascii")).hexdigest()[:16]
@@ -62,7 +68,7 @@ def checksum(pi: np.ndarray, checked: np.ndarray) -> str:
 def minmax_indices(K: int) -> np.ndarray:
     """GRID indices that get a min-max LP policy: 0 < delta <= MINMAX_MAX_DELTA for K <= 4; for
     K >= 5 MCRS's grid points in [MINMAX_MIN_DELTA_LARGE_K, MINMAX_MAX_DELTA] (below it RASS's gap
-    is < 1e-3 while the LP is degenerate and takes minutes) and the FINE points in
+    is < 1e-3 while the LP is degenerate and takes minutes) and the FINE and FINER points in
     FINE_RANGE_LARGE_K (where RASS's gap passes 1e-3 and mixing 0.05 apart lost up to 5 points at
     K = 8); other FINE points mix their neighbours."""
     if K <= 4:
@@ -83,13 +89,15 @@ def grid_bracket(delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.where(beyond, TOP, lo), np.where(beyond, TOP, hi), np.where(beyond, 0.0, t)
 
 
-def load_entry(z: Mapping[str, np.ndarray], K: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(policies, checked acceptances) of K in the npz mapping ``z`` if key and checksum match."""
+def load_entry(z: Mapping[str, np.ndarray], K: int, grid: np.ndarray = GRID) -> tuple[np.ndarray, np.ndarray] | None:
+    """(policies, checked acceptances) of K in the npz mapping ``z`` if key (of the layout on
+    ``grid``) and checksum match."""
     names = (f"K{K}", f"checked_K{K}", f"layout_K{K}", f"sha_K{K}")
-    if not all(n in z for n in names) or str(z[f"layout_K{K}"]) != layout_key(K):
+    if not all(n in z for n in names) or str(z[f"layout_K{K}"]) != layout_key(K, grid):
         return None
     pi, rec = z[f"K{K}"], z[f"checked_K{K}"]
-    if pi.shape != (TOP, G1, G2, K) or rec.shape != (TOP,):
+    n = np.asarray(grid).size
+    if pi.shape != (n, G1, G2, K) or rec.shape != (n,):
         return None
     if str(z[f"sha_K{K}"]) != checksum(pi, rec):
         return None
@@ -210,6 +218,32 @@ def merge_minmax_data(sources: list, path: Path | None = None) -> Path:
     np.savez_compressed(tmp, **out)
     os.replace(tmp, path)
     return path
+
+
+def regrid_minmax_data(old_grid: ArrayLike, path: Path = PACKAGE_DATA) -> Path:
+    """Move the policies stored at ``path`` under the layout of ``old_grid`` (an earlier
+    :data:`GRID`; same version and cells) onto the current GRID: each policy and check record
+    goes to its delta's index, old points not on GRID are dropped, new points are NaN (then
+    :func:`build_minmax_data` solves only those); keys and checksums rewritten. Entries already
+    keyed for GRID are kept as they are."""
+    old = np.round(np.asarray(old_grid, np.float64), 12)
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    for K in range(2, MAX_MINMAX_K + 1):
+        entry = load_entry(data, K, old)
+        if entry is None:
+            continue
+        keep = np.isin(old, GRID)
+        pi, rec = np.full((TOP, G1, G2, K), np.nan), np.full(TOP, np.nan)
+        at = np.searchsorted(GRID, old[keep])
+        pi[at], rec[at] = entry[0][keep], entry[1][keep]
+        data[f"K{K}"], data[f"checked_K{K}"] = pi, rec
+        data[f"layout_K{K}"], data[f"sha_K{K}"] = np.array(layout_key(K)), np.array(checksum(pi, rec))
+    data["grid"] = GRID
+    tmp = Path(str(path) + ".tmp.npz")
+    np.savez_compressed(tmp, **data)
+    os.replace(tmp, path)
+    return Path(path)
 
 
 def write_share_table(path: Path, Ks: ArrayLike = (2, 3, 4, 8)) -> Path:
