@@ -159,8 +159,11 @@ def scan_sum(x: Tensor) -> Tensor:
     bits on every run and 2 ceil(log2 n) ops whatever the batch."""
     n = x.shape[-1]
     shift = 1
-    while shift < n:
-        x = torch.cat([x[..., :shift], x[..., shift:] + x[..., :-shift]], dim=-1)
+    while shift < n:  # each step into a fresh buffer (the sums written in place: no concatenation copy)
+        y = torch.empty_like(x)
+        y[..., :shift] = x[..., :shift]
+        torch.add(x[..., shift:], x[..., :-shift], out=y[..., shift:])
+        x = y
         shift *= 2
     return x
 

@@ -399,7 +399,7 @@ class GridLogTables:
     Grid points below :data:`PRECISE_BELOW` (and their neighbours) use the log1p(B - 1) form, so
     log B keeps full precision relative to delta. Rows are computed on demand (no LP for a grid
     point no row uses) and stored compactly: ``slot`` (host, [G]) is g's row (-1: not computed
-    yet), the storage doubles when full, so the memory follows the grid points used (a sampler
+    yet), the storage grows by half when full, so the memory follows the grid points used (a sampler
     meets a few dozen per K), not the grid. ``wide`` (host): some |log B_(g+1) - log B_g| >
     :data:`WIDE_LOG_RATIO` (expm1 would overflow): then the table holds the log-ratio itself."""
 
@@ -423,11 +423,11 @@ class GridLogTables:
         return (self.edges.numel() + self.nodes.numel()) * 8
 
     def reserve(self, n_new: int) -> np.ndarray:
-        """Rows for ``n_new`` more grid points (their indices); the storage at least doubles
-        when it grows (rows copied as they are)."""
+        """Rows for ``n_new`` more grid points (their indices); the storage grows by at least
+        half when it grows (rows copied as they are)."""
         cap = self.edges.shape[0]
         if self.used + n_new > cap:
-            cap = min(self.slot.size, max(2 * cap, self.used + n_new, 16))
+            cap = min(self.slot.size, max(cap + cap // 2, self.used + n_new, 16))
             edges = self.edges.new_empty((cap, *self.edges.shape[1:]))
             nodes = self.nodes.new_empty((cap, *self.nodes.shape[1:]))
             edges[: self.used], nodes[: self.used] = self.edges[: self.used], self.nodes[: self.used]
@@ -438,7 +438,9 @@ class GridLogTables:
 
 
 _GRID_TABLES: OrderedDict = OrderedDict()  # (K, device) -> GridLogTables
-_GRID_TABLES_BYTES = 256 << 20  # all K's tables together (~0.12 MB per grid point row whatever K)
+# all K's tables together: ~0.12 MB per grid-point row whatever K, so every row of 18 K (a battery's
+# continuous layer fills them all) or a sampler's few dozen rows per K for hundreds of K
+_GRID_TABLES_BYTES = 512 << 20
 WIDE_LOG_RATIO = 700.0  # beyond: expm1 of the log-ratio may overflow; mix by logaddexp instead
 
 
