@@ -500,10 +500,6 @@ def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTa
     return tab
 
 
-def _zero_log_b(k: Tensor, groups: Tensor) -> Tensor:
-    return torch.zeros((groups.shape[0], 1), dtype=torch.float64, device=groups.device)
-
-
 def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual.GridLogB:
     """:class:`_residual.GridLogB` for groups with deltas ``d_host`` (for
     :func:`_residual.sample_icdf`): log B of each group's interpolated weights
@@ -514,12 +510,15 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
     :data:`WIDE_LOG_RATIO` the pair is mixed by logaddexp instead. The tables are filled for
     grid points of the groups :func:`_residual.sample_icdf` says it will read (all of them if it
     does not say) on the first read (one upload, no sync). K = 1: B = 1, log B = 0 (no table)."""
-    from speccheck.verifiers._residual import N_GRID_CELLS
+    from speccheck.verifiers._residual import N_GL, N_GRID_CELLS
 
     # B is a mixture of the order-statistic densities b_r (each <= K on [0, 1]), so log B <= log K
     log_b_max = math.log(K) + 1e-9
     if K == 1:
-        return _residual.GridLogB(_zero_log_b, _zero_log_b, log_b_max=log_b_max)
+        def zeros(n_cols: int):
+            return lambda k, groups: torch.zeros((groups.shape[0], n_cols), dtype=torch.float64, device=device)
+
+        return _residual.GridLogB(zeros(N_GRID_CELLS + 1), zeros(N_GL), log_b_max=log_b_max)
     lo, _, t = grid_bracket(d_host)
     state: dict = {}
 
