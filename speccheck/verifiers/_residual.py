@@ -516,13 +516,18 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     a_c = torch.where(pa_c, ea_c, root)
     b_c = torch.where(pb_c, eb_c, root)
     nodes_c = (0.5 * (a_c + b_c))[:, None] + (0.5 * (b_c - a_c))[:, None] * gx
-    r_live[live_index[cu, cj]] = residual_density(nodes_c, delta_u[cu][:, None], log_b(nodes_c, groups[cu]))
+    row_c = live_index[cu, cj]
+    r_live[row_c] = residual_density(nodes_c, delta_u[cu][:, None], log_b(nodes_c, groups[cu]))
     a2 = ea.clone()
     a2[cu, cj] = a_c
     b2 = torch.where(pa & pb, eb, ea)
     b2[cu, cj] = b_c
+    # half-widths of the live cells: CELL / 2 exactly for whole cells (their edges are multiples of
+    # CELL = 2^-5, so eb - ea is exact), the crossing cells' own
+    half = torch.full((n_near + n_far,), 0.5 * CELL, dtype=torch.float64, device=delta_u.device)
+    half[row_c] = 0.5 * (b_c - a_c)
     mass = torch.zeros(live.shape, dtype=torch.float64, device=delta_u.device)
-    mass[lu, lj] = (0.5 * (b2[lu, lj] - a2[lu, lj])) * (r_live @ gw)
+    mass[lu, lj] = half * (r_live @ gw)
     cum = scan_sum(mass)
     return a2, b2, r_live, mass, cum, live_index
 
