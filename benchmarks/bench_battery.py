@@ -15,7 +15,7 @@ too, so a slow rule shows up whatever the load.
 
 Per layer: the battery calls ``heartbeat(label)`` at the start of every unit of work, labels
 starting with the layer id (``L0`` contract, ``L1``/``L2`` scalar grid, ``L3`` wrapper, ``L4``
-trajectory, ``L5`` continuous); the wall time from one label to the next is charged to the
+trajectory, ``L5`` continuous, ``L6`` sequence); the wall time from one label to the next is charged to the
 first one's layer (the report assembly after the last unit to the last layer). Printed per
 layer: wall and CPU seconds, the layer's share of the run's CPU time, and its CPU time relative
 to D-GRS's same layer (the load-independent comparison).
@@ -30,7 +30,7 @@ import time
 import torch
 
 BUDGET_S = {"gate": 60.0, "smoke": 15.0}
-RULES = ("rmc", "dgrs", "rass", "rass-icdf", "mcrs")
+RULES = ("rmc", "dgrs", "rass", "rass-icdf", "mcrs", "mcrs2")  # every built-in rule
 LAYER_OF = re.compile(r"^(L\d)")
 
 

@@ -51,6 +51,7 @@ from scipy import optimize, sparse, special
 
 from speccheck.errors import InputError
 from speccheck.theory.normal import normal_mass
+from speccheck.theory.roots import brentq_many
 from speccheck.theory.validate import check_delta, check_K
 
 __all__ = [
@@ -611,7 +612,10 @@ def _h(s, delta, policy):
 
 
 def _pieces(policy: MCRSPolicy, delta: float):
-    """Yield (s0, s1, q_above) pieces partitioning [S_LO, delta + pad] with no crossing inside."""
+    """Yield (s0, s1, q_above) pieces partitioning [S_LO, delta + pad] with no crossing inside:
+    every cell scanned (uniform in s and in u), the crossings of all cells refined together
+    (:func:`speccheck.theory.roots.brentq_many`: brentq's roots, one vectorised step for all)."""
+    scans, a, b = [], [], []
     for j in range(policy.G):
         lo, hi = _cell_s_range(policy, j, delta)
         if not hi > lo:
@@ -628,10 +632,15 @@ def _pieces(policy: MCRSPolicy, delta: float):
         for i in np.nonzero(pos[1:] != pos[:-1])[0]:
             s0, s1 = ss[i], ss[i + 1]
             if np.isfinite(hv[i]) and np.isfinite(hv[i + 1]):
-                cuts.append(optimize.brentq(lambda t: float(_h(t, delta, policy)), s0, s1, xtol=1e-14))
+                cuts.append(len(a))  # an index into the refined roots
+                a.append(s0)
+                b.append(s1)
             else:
-                cuts.append(0.5 * (s0 + s1) if not np.isfinite(hv[i + 1]) else s1)
-        cuts.append(hi)
+                cuts.append(float(0.5 * (s0 + s1) if not np.isfinite(hv[i + 1]) else s1))
+        scans.append(cuts + [hi])
+    roots = brentq_many(lambda t: _h(t, delta, policy), np.array(a), np.array(b), xtol=1e-14)
+    for cuts in scans:
+        cuts = [c if isinstance(c, float) else float(roots[c]) for c in cuts]
         for s0, s1 in zip(cuts[:-1], cuts[1:]):
             if s1 > s0:
                 yield s0, s1, bool(_h(0.5 * (s0 + s1), delta, policy) > 0)

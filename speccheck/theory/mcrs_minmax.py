@@ -44,6 +44,7 @@ from scipy import optimize, sparse, special
 from speccheck.errors import InputError
 from speccheck.theory.mcrs import _breakpoints, _log_f, _quadrature, mcrs_edges
 from speccheck.theory.normal import normal_mass
+from speccheck.theory.roots import brentq_many
 from speccheck.theory.validate import check_delta, check_K
 
 __all__ = [
@@ -279,7 +280,8 @@ def _g_masses(s0: np.ndarray, s1: np.ndarray, pol: MinMaxPolicy) -> np.ndarray:
 def acceptance_of_minmax(delta: float, pol: MinMaxPolicy) -> float:
     """int min(q, p_pi) ds for the policy at delta, evaluated exactly (cached per (delta, policy)):
     on every piece the crossings of log f and log g are located on a scan (uniform in s and in u)
-    and refined (brentq), q-masses in closed form, g-masses by Gauss-Legendre."""
+    and refined (brentq's roots, all crossings at once:
+    :func:`speccheck.theory.roots.brentq_many`), q-masses in closed form, g-masses by Gauss-Legendre."""
     return _acceptance_cached(float(check_delta(delta)), pol)
 
 
@@ -301,19 +303,26 @@ def _acceptance_cached(d: float, pol: MinMaxPolicy) -> float:
     ss = np.sort(np.clip(np.concatenate([ss, su], axis=1), lo[:, None], hi[:, None]), axis=1)
     hv = _h(ss, d, pol)
     pos = hv > 0
-    seg_lo, seg_hi = [], []
-    for p in range(lo.shape[0]):  # pieces with a crossing: refine each (few pieces)
+    # crossings: pieces with a sign change between scan points; all refined together (brentq's roots)
+    a, b, cuts_of = [], [], []
+    for p in range(lo.shape[0]):
         change = np.nonzero(pos[p, 1:] != pos[p, :-1])[0]
-        cuts = [lo[p]]
+        cuts = [float(lo[p])]
         for i in change:
             s0, s1 = ss[p, i], ss[p, i + 1]
             if not s1 > s0:
                 continue
             if np.isfinite(hv[p, i]) and np.isfinite(hv[p, i + 1]):
-                cuts.append(optimize.brentq(lambda x: float(_h(x, d, pol)), s0, s1, xtol=1e-14))
+                cuts.append(len(a))  # an index into the refined roots
+                a.append(s0)
+                b.append(s1)
             else:
-                cuts.append(s1 if np.isfinite(hv[p, i]) else s0)
-        cuts.append(hi[p])
+                cuts.append(float(s1 if np.isfinite(hv[p, i]) else s0))
+        cuts_of.append(cuts + [float(hi[p])])
+    roots = brentq_many(lambda x: _h(x, d, pol), np.array(a), np.array(b), xtol=1e-14)
+    seg_lo, seg_hi = [], []
+    for cuts in cuts_of:
+        cuts = [c if isinstance(c, float) else float(roots[c]) for c in cuts]
         seg_lo.extend(cuts[:-1])
         seg_hi.extend(cuts[1:])
     s0, s1 = np.array(seg_lo), np.array(seg_hi)

@@ -136,7 +136,7 @@ def _inputs(call: tuple, spec: SequenceSpec, seed: int, device: torch.device) ->
 def _run_calls(verifier: Any, calls: list[tuple], spec: SequenceSpec, base: int, device: torch.device,
                contract: dict[str, TestResult] | None) -> list[tuple] | TestResult:
     """Outputs (s_out, accepted, index) of every call in order, or the contract failure that
-    stopped it (an exception, an unusable output)."""
+    stopped it (an exception, an unusable or non-finite output)."""
     outs = []
     for i, call in enumerate(calls):
         delta, s = _inputs(call, spec, unit_seed(base, 6, "inputs", i), device)
@@ -154,7 +154,8 @@ def _run_calls(verifier: Any, calls: list[tuple], spec: SequenceSpec, base: int,
             for r in checks:
                 if r.test not in contract or (not r.passed and contract[r.test].passed):
                     contract[r.test] = r
-        if parsed is None:
+        non_finite = parsed is not None and not bool(torch.isfinite(parsed[0]).all())
+        if parsed is None or non_finite:  # nothing to judge: the statistics need every output, finite
             return next((r for r in checks if not r.passed),
                         contract_result(CELL, "contract:output", 1, len(calls), f"call {i}: unusable output", LAYER))
         outs.append((delta, parsed[0], parsed[1]))
@@ -236,7 +237,9 @@ def _acceptance_tests(raw: dict, spec: SequenceSpec, accepted: list[np.ndarray],
             out.append(TestResult(CELL, test, math.nan, math.inf, 1.0, math.inf, 0, kind="n/a", layer=LAYER,
                                   note="n/a: no such call was drawn"))
             continue
-        r = bernoulli_sum_test(int(sum(counts)), np.concatenate(probs), alpha, cell=CELL, test=test, power=power)
+        # one declared acceptance per (anchor, K): the same law as one Bernoulli per row, a few distinct values
+        values, rows = np.unique(np.concatenate(probs), return_counts=True)
+        r = bernoulli_sum_test(int(sum(counts)), values, alpha, counts=rows, cell=CELL, test=test, power=power)
         r.layer = LAYER
         out.append(r)
     return out

@@ -176,6 +176,7 @@ class _PolicyTable:
         self.policies: dict[int, _theory.MCRSPolicy] = {}
         self.version = 0
         self.torch: dict[str, tuple[int, dict]] = {}
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # gi -> (z-polynomials, cumulative pi)
         self._stored: np.ndarray | None = None
         self._checked: np.ndarray | None = None
 
@@ -221,6 +222,14 @@ class _PolicyTable:
         self._checked[gi] = True
         _cache.save(_cache_file(self.K, self.G), self._stored)
 
+    def _row(self, gi: int, policy) -> tuple[np.ndarray, np.ndarray]:
+        """(z-polynomials, cumulative pi) of grid point gi, computed once (the tables are rebuilt
+        whenever a grid point is added, which a sampler's calls do one or two at a time)."""
+        row = self._rows.get(gi)
+        if row is None:
+            row = self._rows[gi] = (_poly_or_one(gi, policy), np.cumsum(policy.pi, axis=1))
+        return row
+
     def tables(self, used: np.ndarray, device) -> dict:
         """Torch tables for all solved grid points: slot[grid index] -> row of coef/cum."""
         for gi in np.unique(used):
@@ -239,8 +248,8 @@ class _PolicyTable:
             tab = dict(
                 slot=torch.as_tensor(slot, device=device),
                 slot_np=slot,
-                poly=torch.as_tensor(np.stack([_poly_or_one(k, p) for k, p in zip(keys, pols)]), **f64),
-                cum=torch.as_tensor(np.stack([np.cumsum(p.pi, axis=1) for p in pols]), **f64),
+                poly=torch.as_tensor(np.stack([self._row(k, p)[0] for k, p in zip(keys, pols)]), **f64),
+                cum=torch.as_tensor(np.stack([self._row(k, p)[1] for k, p in zip(keys, pols)]), **f64),
                 uniform=torch.as_tensor([_is_uniform(k, self.K) for k in keys], device=device),
                 a=torch.as_tensor(ref.a, **f64),
                 abar_rev=torch.as_tensor(ref.abar[::-1].copy(), **f64),

@@ -388,28 +388,59 @@ def log_mix(s: Tensor, A: Tensor, Ad: Tensor | None) -> Tensor:
     return log_mix_rows(s, mix, None)
 
 
-class GridLogTables(NamedTuple):
+class GridLogTables:
     """log B of the grid weights on the absolute s-grid (:func:`_residual.grid_window`), for the
     inverse-CDF residual of many groups (:func:`_residual.sample_icdf`'s ``grid_log_b``).
 
-    Row g (a point of :data:`DELTA_GRID`) covers the windows of every delta in [g - 1, g + 1]:
-    edges (k_start[g] + j) CELL, j = 0..span (``edges`` [G, span + 1, 2]) and the GL nodes of
-    those cells (``nodes`` [G, span, 2 N_GL]), each holding the pair (log B_g, B_(g+1) / B_g - 1)
-    (nodes: 8 values of each; the second as expm1 of the log-ratio). Rows g below
-    :data:`PRECISE_BELOW` (and their neighbours) use the log1p(B - 1) form, so log B keeps full
-    precision relative to delta. ``filled`` (host): rows computed so far (on demand: no LP for a
-    grid point no row uses); ``wide`` (host): some |log B_(g+1) - log B_g| > :data:`WIDE_LOG_RATIO`
-    (expm1 would overflow): then the table holds the log-ratio itself."""
+    Grid point g (a point of :data:`DELTA_GRID`) covers the windows of every delta in [g - 1, g + 1]:
+    edges (k_start[g] + j) CELL, j = 0..span (a row of ``edges`` [cap, span + 1, 2]) and the GL
+    nodes of those cells (a row of ``nodes`` [cap, span, 2 N_GL]), each holding the pair
+    (log B_g, B_(g+1) / B_g - 1) (nodes: 8 values of each; the second as expm1 of the log-ratio).
+    Grid points below :data:`PRECISE_BELOW` (and their neighbours) use the log1p(B - 1) form, so
+    log B keeps full precision relative to delta. Rows are computed on demand (no LP for a grid
+    point no row uses) and stored compactly: ``slot`` (host, [G]) is g's row (-1: not computed
+    yet), the storage grows by half when full, so the memory follows the grid points used (a sampler
+    meets a few dozen per K), not the grid. ``wide`` (host): some |log B_(g+1) - log B_g| >
+    :data:`WIDE_LOG_RATIO` (expm1 would overflow): then the table holds the log-ratio itself."""
 
-    k_start: Tensor
-    edges: Tensor
-    nodes: Tensor
-    filled: np.ndarray
-    wide: list
+    def __init__(self, k_start: np.ndarray, span: int, device: torch.device):
+        from speccheck.verifiers._residual import N_GL
+
+        self.k_start = k_start
+        self.span, self.width = span, 2 * N_GL
+        self.slot = np.full(k_start.size, -1, np.int64)
+        self.used = 0
+        self.wide = False
+        self.edges = torch.empty((0, span + 1, 2), dtype=torch.float64, device=device)
+        self.nodes = torch.empty((0, span, self.width), dtype=torch.float64, device=device)
+
+    @property
+    def filled(self) -> np.ndarray:
+        """[G] bool: grid points computed so far."""
+        return self.slot >= 0
+
+    def nbytes(self) -> int:
+        return (self.edges.numel() + self.nodes.numel()) * 8
+
+    def reserve(self, n_new: int) -> np.ndarray:
+        """Rows for ``n_new`` more grid points (their indices); the storage grows by at least
+        half when it grows (rows copied as they are)."""
+        cap = self.edges.shape[0]
+        if self.used + n_new > cap:
+            cap = min(self.slot.size, max(cap + cap // 2, self.used + n_new, 16))
+            edges = self.edges.new_empty((cap, *self.edges.shape[1:]))
+            nodes = self.nodes.new_empty((cap, *self.nodes.shape[1:]))
+            edges[: self.used], nodes[: self.used] = self.edges[: self.used], self.nodes[: self.used]
+            self.edges, self.nodes = edges, nodes
+        rows = np.arange(self.used, self.used + n_new)
+        self.used += n_new
+        return rows
 
 
 _GRID_TABLES: OrderedDict = OrderedDict()  # (K, device) -> GridLogTables
-_GRID_TABLES_MAX = 4  # ~25 MB each whatever K
+# all K's tables together: ~0.12 MB per grid-point row whatever K, so every row of 18 K (a battery's
+# continuous layer fills them all) or a sampler's few dozen rows per K for hundreds of K
+_GRID_TABLES_BYTES = 512 << 20
 WIDE_LOG_RATIO = 700.0  # beyond: expm1 of the log-ratio may overflow; mix by logaddexp instead
 
 
@@ -431,7 +462,8 @@ def _log_b_at(points: Tensor, g: np.ndarray, K: int, precise: bool) -> Tensor:
 
 
 def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTables:
-    """The (K, device) tables with at least the grid points ``need`` filled (cached, LRU of 4)."""
+    """The (K, device) tables with at least the grid points ``need`` filled (cached; least
+    recently used tables dropped beyond :data:`_GRID_TABLES_BYTES` in all)."""
     from speccheck.verifiers._residual import N_GL, grid_window
 
     key = (K, str(device))
@@ -439,13 +471,7 @@ def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTa
     k_start, span, P = _grid_layout()
     G = DELTA_GRID.size
     if tab is None:
-        z = torch.zeros((), dtype=torch.float64, device=device)
-        tab = GridLogTables(torch.as_tensor(k_start, dtype=torch.float64, device=device),
-                            z.new_zeros((G, span + 1, 2)), z.new_zeros((G, span, 2 * N_GL)), np.zeros(G, bool),
-                            [False])
-        _GRID_TABLES[key] = tab
-        while len(_GRID_TABLES) > _GRID_TABLES_MAX:
-            _GRID_TABLES.popitem(last=False)
+        tab = _GRID_TABLES[key] = GridLogTables(k_start, span, device)
     _GRID_TABLES.move_to_end(key)
     missing = np.unique(np.asarray(need, np.int64))
     missing = missing[~tab.filled[missing]]
@@ -457,17 +483,20 @@ def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTa
         precise = bool(part[0] < P)
         here = _log_b_at(flat, part, K, precise)
         ratio = _log_b_at(flat, np.minimum(part + 1, G - 1), K, precise) - here
-        if not tab.wide[0] and bool(ratio.abs().max() > WIDE_LOG_RATIO):  # back to log-ratios everywhere
-            tab.wide[0] = True
+        if not tab.wide and bool(ratio.abs().max() > WIDE_LOG_RATIO):  # back to log-ratios everywhere
+            tab.wide = True
             tab.edges[..., 1] = torch.log1p(tab.edges[..., 1])
             tab.nodes[..., N_GL:] = torch.log1p(tab.nodes[..., N_GL:])
-        if not tab.wide[0]:
+        if not tab.wide:
             ratio = torch.expm1(ratio)
-        rows = torch.as_tensor(part, device=device)
+        slots = tab.reserve(part.size)
+        rows = torch.as_tensor(slots, device=device)
         tab.edges[rows] = torch.stack([here[:, : span + 1], ratio[:, : span + 1]], dim=-1)
         tab.nodes[rows] = torch.cat([here[:, span + 1:].reshape(-1, span, N_GL),
                                      ratio[:, span + 1:].reshape(-1, span, N_GL)], dim=-1)
-    tab.filled[missing] = True
+        tab.slot[part] = slots
+    while len(_GRID_TABLES) > 1 and sum(t.nbytes() for t in _GRID_TABLES.values()) > _GRID_TABLES_BYTES:
+        _GRID_TABLES.popitem(last=False)
     return tab
 
 
@@ -480,9 +509,16 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
     exact to full relative precision and t expm1(.) is too). Where a table's log-ratio exceeds
     :data:`WIDE_LOG_RATIO` the pair is mixed by logaddexp instead. The tables are filled for
     grid points of the groups :func:`_residual.sample_icdf` says it will read (all of them if it
-    does not say) on the first read (one upload, no sync)."""
-    from speccheck.verifiers._residual import N_GRID_CELLS
+    does not say) on the first read (one upload, no sync). K = 1: B = 1, log B = 0 (no table)."""
+    from speccheck.verifiers._residual import N_GL, N_GRID_CELLS
 
+    # B is a mixture of the order-statistic densities b_r (each <= K on [0, 1]), so log B <= log K
+    log_b_max = math.log(K) + 1e-9
+    if K == 1:
+        def zeros(n_cols: int):
+            return lambda k, groups: torch.zeros((groups.shape[0], n_cols), dtype=torch.float64, device=device)
+
+        return _residual.GridLogB(zeros(N_GRID_CELLS + 1), zeros(N_GL), log_b_max=log_b_max)
     lo, _, t = grid_bracket(d_host)
     state: dict = {}
 
@@ -493,26 +529,29 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
     def setup() -> dict:
         if "tab" not in state:
             tab = grid_log_tables(K, device, state.get("need", lo))
-            t_dev = torch.as_tensor(t, dtype=torch.float64, device=device)
-            state.update(tab=tab, g=torch.as_tensor(lo, dtype=torch.long, device=device), t=t_dev)
+            # per group: t, its grid point's first edge and its row in the tables (one upload;
+            # rows of groups that are not read may be -1: clamped, never used)
+            packed = torch.as_tensor(np.stack([t, tab.k_start[lo], np.maximum(tab.slot[lo], 0)]),
+                                     dtype=torch.float64, device=device)
+            state.update(tab=tab, t=packed[0], k_start=packed[1], row=packed[2].long())
         return state
 
     def read(table: Tensor, k: Tensor, groups: Tensor, n_cols: int) -> Tensor:
-        """log B of groups[i] at columns k[i] - k_start + (0..n_cols-1) of a table [G, C, 2 w]
+        """log B of groups[i] at columns k[i] - k_start + (0..n_cols-1) of a table [rows, C, 2 w]
         (rows of contiguous (log B_g, ratio) values, read by index_select: ~10x a 2-D gather's
         speed); result [n, n_cols * w]."""
         st = setup()
-        g = st["g"][groups]
         C, width = table.shape[1], table.shape[2]
-        start = g * C + (k - st["tab"].k_start[g]).long().clamp(0, C - n_cols)
+        start = st["row"][groups] * C + (k - st["k_start"][groups]).long().clamp(0, C - n_cols)
         cols = torch.arange(n_cols, device=device)
         picked = table.reshape(-1, width).index_select(0, (start[:, None] + cols).reshape(-1))
         half = width // 2
         picked = picked.reshape(-1, n_cols, 2, half)
-        here = picked[:, :, 0].reshape(g.shape[0], n_cols * half)  # explicit sizes: n may be 0
-        ratio = picked[:, :, 1].reshape(g.shape[0], n_cols * half)
+        n = groups.shape[0]
+        here = picked[:, :, 0].reshape(n, n_cols * half)  # explicit sizes: n may be 0
+        ratio = picked[:, :, 1].reshape(n, n_cols * half)
         tg = st["t"][groups][:, None]
-        if st["tab"].wide[0]:
+        if st["tab"].wide:
             return torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg))
         return here + torch.log1p(tg * ratio)
 
@@ -522,8 +561,7 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
     def nodes(k: Tensor, groups: Tensor) -> Tensor:
         return read(setup()["tab"].nodes, k, groups, 1)
 
-    # B is a mixture of the order-statistic densities b_r (each <= K on [0, 1]), so log B <= log K
-    return _residual.GridLogB(edges, nodes, prepare, log_b_max=math.log(K) + 1e-9)
+    return _residual.GridLogB(edges, nodes, prepare, log_b_max=log_b_max)
 
 
 PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
