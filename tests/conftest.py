@@ -7,17 +7,34 @@ import torch
 
 _CACHE_ENV = "SPECCHECK_CACHE_DIR"
 _saved_cache: list = []
+_blas_limits: list = []
 
 
 def pytest_configure(config):
     """The suite never reads or writes the user's cache (~/.cache/speccheck): every run solves into
     a fresh folder of its own (subprocesses inherit it), so a stale or foreign table cannot
-    change a result. What ships as package data is still used."""
+    change a result. What ships as package data is still used.
+
+    The tests run one at a time, so this process computes on one thread (torch and BLAS): their
+    tensors (<= 2^21 rows) gain little from a second thread, and on a 2-core box shared with the
+    test's own children (or anything else) an intra-op thread pool waits on descheduled threads,
+    10-20x slower (RASS's L6 on the smoke suite: 22 s on two threads, 1.2 s on one). Children
+    keep their own settings (the isolation and the Dask workers' thread settings stay tested)."""
     _saved_cache.append((os.environ.get(_CACHE_ENV), tempfile.mkdtemp(prefix="speccheck-test-cache-")))
     os.environ[_CACHE_ENV] = _saved_cache[-1][1]
+    torch.set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # scikit-learn's dependency; without it BLAS keeps its threads
+        return
+    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS, so the limit reaches it too)
+
+    _blas_limits.append(threadpool_limits(limits=1, user_api="blas"))
 
 
 def pytest_unconfigure(config):
+    while _blas_limits:
+        _blas_limits.pop().restore_original_limits()
     if not _saved_cache:
         return
     old, folder = _saved_cache.pop()
