@@ -349,8 +349,8 @@ def fit_digit_classifier(seed: int = 0) -> tuple[object, float]:
 def classify_samples(samples: torch.Tensor, labels: torch.Tensor, clf: Any = None) -> float:
     """Fraction of samples (clipped to [-1, 1]) that the real-digit classifier labels as ``labels``."""
     clf = clf if clf is not None else fit_digit_classifier()[0]
-    pred = clf.predict(samples.clamp(-1, 1).flatten(1).double().numpy())
-    return float((pred == labels.numpy()).mean())
+    pred = clf.predict(samples.detach().clamp(-1, 1).flatten(1).double().cpu().numpy())
+    return float((pred == labels.detach().cpu().numpy()).mean())
 
 
 def heldout_check(target: Any, n_per_class: int = 50, steps: int = 30, eps: float = 0.3, seed: int = 1) -> dict:

@@ -120,9 +120,9 @@ def _inputs(call: tuple, spec: SequenceSpec, seed: int, device: torch.device) ->
     if pattern in ("constant", "small"):
         delta = torch.full((B,), anchor, dtype=torch.float64, device=device)
     elif pattern == "near":  # centre log-uniform on [1, delta_hi], relative spread log-uniform on _NEAR
-        centre, spread = (math.exp(lo + (hi - lo) * float(u)) for lo, hi, u in (
-            (0.0, math.log(spec.delta_hi), torch.rand(1, generator=g, dtype=torch.float64)),
-            (math.log(_NEAR[0]), math.log(_NEAR[1]), torch.rand(1, generator=g, dtype=torch.float64))))
+        u_centre, u_spread = torch.rand(2, generator=g, dtype=torch.float64, device=device).tolist()
+        centre, spread = (math.exp(lo + (hi - lo) * u) for lo, hi, u in (
+            (0.0, math.log(spec.delta_hi), u_centre), (math.log(_NEAR[0]), math.log(_NEAR[1]), u_spread)))
         delta = centre * (1.0 + spread * (2.0 * torch.rand(B, generator=g, dtype=torch.float64, device=device) - 1.0))
     else:
         lo, hi = math.log(spec.delta_lo), math.log(spec.delta_hi)

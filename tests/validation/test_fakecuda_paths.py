@@ -97,6 +97,7 @@ ALL_LAYERS = dict(
     trajectory={"n_traj": 20, "K": 2, "L": 2, "d": 3},
     continuous={"K": [1, 2], "edges": [0.1, 1.0, 3.0], "n": 512, "zero_atom": True, "declared_deltas": 1,
                 "declared_rows": 128, "confirm_n": 1024, "refine": 2},
+    sequence={"K": [1, 2, 3], "calls": 40, "small_calls": 20, "max_batch": 64},
 )
 
 
@@ -115,12 +116,14 @@ def test_generator_hook_gives_cuda_and_cpu_generators(fake_cuda):
 
 
 def test_battery_all_layers_on_cuda(fake_cuda):
-    """Contract (L0), scalar grid and acceptance (L1, L2), wrapper (L3), trajectory (L4) and the
-    continuous-delta layer (L5) of an exact built-in rule on cuda: no device error, all pass."""
+    """Contract (L0), scalar grid and acceptance (L1, L2), wrapper (L3), trajectory (L4), the
+    continuous-delta layer (L5) and the call sequence (L6) of an exact built-in rule on cuda: no
+    device error, all pass (the GPU run of 2026-12-04 stopped in L6's inputs: a CPU draw from a
+    CUDA generator)."""
     rep = run_battery("dgrs", _suite(**ALL_LAYERS), device="cuda", seed=11)
     assert not fake_cuda(), fake_cuda()
     layers = {r.layer for r in rep.results}
-    assert layers >= {"L0", "L1", "L2", "L3", "L4", "L5"}, layers
+    assert layers >= {"L0", "L1", "L2", "L3", "L4", "L5", "L6"}, layers
     assert rep.passed, format_report(rep, only_failures=True)
 
 
@@ -138,7 +141,7 @@ def test_mutants_on_cuda(fake_cuda, name, tables):
 
 
 @pytest.mark.parametrize("rule,Ks", [("rmc", (1,)), ("dgrs", (1, 4)), ("rass", (1, 4)), ("rass-icdf", (1, 4)),
-                                     ("mcrs", (1, 4))])
+                                     ("mcrs", (1, 4)), ("mcrs2", (1, 2, 4))])
 def test_every_builtin_rule_verifies_on_cuda(fake_cuda, rule, Ks):
     """Each built-in rule's verify on a mixed-delta batch (several groups, tiny to large delta)."""
     g = torch.Generator(device="cuda")
@@ -186,3 +189,18 @@ def test_e2e_glue_on_cuda(fake_cuda):
     assert report["summary"]
     assert target.devices == {"cuda"}, f"the target was called on {sorted(target.devices)}"
     assert not errors, errors
+
+
+def test_digit_classifier_takes_cuda_samples(fake_cuda):
+    """The digits label check reads samples made on the device (the GPU run of 2026-12-04 failed
+    there: ``.numpy()`` on a CUDA tensor)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from speccheck.targets.digits import classify_samples
+
+    x = torch.randn(40, 1, 8, 8, dtype=torch.float64)
+    labels = (x.flatten(1)[:, 0] > 0).long()
+    clf = LogisticRegression(max_iter=200).fit(x.flatten(1).clamp(-1, 1).numpy(), labels.numpy())
+    agreement = classify_samples(x.to("cuda"), labels.to("cuda"), clf)
+    assert not fake_cuda(), fake_cuda()
+    assert agreement >= 0.9
