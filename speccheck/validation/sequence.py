@@ -237,9 +237,7 @@ def _acceptance_tests(raw: dict, spec: SequenceSpec, accepted: list[np.ndarray],
             out.append(TestResult(CELL, test, math.nan, math.inf, 1.0, math.inf, 0, kind="n/a", layer=LAYER,
                                   note="n/a: no such call was drawn"))
             continue
-        # one declared acceptance per (anchor, K): the same law as one Bernoulli per row, a few distinct values
-        values, rows = np.unique(np.concatenate(probs), return_counts=True)
-        r = bernoulli_sum_test(int(sum(counts)), values, alpha, counts=rows, cell=CELL, test=test, power=power)
+        r = bernoulli_sum_test(int(sum(counts)), np.concatenate(probs), alpha, cell=CELL, test=test, power=power)
         r.layer = LAYER
         out.append(r)
     return out

@@ -286,6 +286,7 @@ def bernoulli_sum_test(k: int, probs: np.ndarray, alpha: float, *, counts: np.nd
     """
     probs = np.clip(np.asarray(probs, np.float64).ravel(), 0.0, 1.0)
     counts = np.ones_like(probs) if counts is None else np.asarray(counts, np.float64).ravel()
+    probs, counts = _pooled(probs, counts)  # once here: every tail bound below walks the distinct p_j
     n = int(round(float(counts.sum())))
     mean = float(np.dot(counts, probs)) / max(n, 1)
     upper_level = alpha if one_sided_upper else alpha / 2.0
