@@ -335,6 +335,20 @@ def evaluated(d: float, sol: RankWeightSolution) -> RankWeightSolution:
     return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
 
 
+def weights_gap(delta: float, K: int, omega: np.ndarray) -> tuple[float, float]:
+    """(1 - A(omega), a certified upper bound on A* - A(omega)) at one delta > 0, for any
+    probability vector omega of length K: the exact masses at omega's crossings and the
+    piecewise :func:`certificate`. Checks weights that were not solved here (a cache file)
+    without solving: at the optimum the bound is ~0, at weights that lose acceptance it is at
+    least what they lose."""
+    law = exact.law_from_omega(np.asarray(omega, np.float64))
+    res = exact.exact_acceptance(law, np.array([float(delta)]), gradient=True)
+    rejection = float(res.rejection[0])
+    if float(delta) > DELTA_UNDERFLOW:  # every acceptance is 0 there: nothing to lose
+        return rejection, 0.0
+    return rejection, certificate(res.pieces, law.omega).bound if res.pieces is not None else np.inf
+
+
 def set_margins(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> np.ndarray:
     """h_r = Q(S) - P(S_(r) in S) for every rank r (shape (K,)), S the union of the pieces
     [edges[i], edges[i + 1]] with q_above[i]. Weak duality: 1 - A* >= min_r h_r for ANY set S."""

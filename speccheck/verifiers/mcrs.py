@@ -136,15 +136,15 @@ _layout_key, policy_checksum, _package_entry = _theory.layout_key, _theory.polic
 
 
 def _cache_file(K: int, G: int) -> Path | None:
-    # "checked": written only by the checked solver (files from before the checks are not read)
-    return _cache.cache_file(f"mcrs_policies_checked_K{K}_G{G}_{_layout_key(K, G)}.npy")
+    return _cache.cache_file(f"mcrs_policies_K{K}_G{G}_{_layout_key(K, G)}.npz")
 
 
 def _stored_pi(K: int, G: int) -> tuple[np.ndarray, np.ndarray]:
     """([TOP_INDEX, G, K] stored policies (NaN where none), [TOP_INDEX] checked flags): package
     data (checked where its ``checked_K{K}`` acceptance is recorded; used only if its layout key,
-    edges and checksum match, :func:`_package_entry`), then the user cache (only ever written by
-    the checked solver)."""
+    edges and checksum match, :func:`_package_entry`), then the user cache (unchecked: a file anyone
+    could have written, so each of its policies passes :func:`speccheck.theory.mcrs.check_level`
+    when first used, or is solved again)."""
     out = np.full((TOP_INDEX, G, K), np.nan)
     checked = np.zeros(TOP_INDEX, bool)
     sources = []
@@ -158,7 +158,7 @@ def _stored_pi(K: int, G: int) -> tuple[np.ndarray, np.ndarray]:
             pass
     cached = _cache.load(_cache_file(K, G), out.shape)
     if cached is not None:
-        sources.append((cached, np.ones(TOP_INDEX, bool)))
+        sources.append((cached, np.zeros(TOP_INDEX, bool)))
     for arr, ok in sources:
         if arr is not None and arr.shape == out.shape:
             # a checked entry replaces an unchecked one; otherwise the first source wins

@@ -50,6 +50,10 @@ __all__ = ["DELTA_GRID", "grid_bracket", "ndtr", "RASS", "RASSInverseCDF", "rass
 
 _LOCK = threading.Lock()
 _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN rows: not solved yet)
+_UNCHECKED: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID)] rows read from the user cache, not yet certified
+CACHE_GAP_RTOL = 0.1
+"""A cached row is used only if its certified gap to the optimum is <= CACHE_GAP_RTOL (1 - A) + 1e-12
+(:func:`speccheck.theory.rass_certificate.weights_gap`); else it is solved again."""
 
 
 def _solver_sources() -> list[Path]:
@@ -64,7 +68,7 @@ def _cache_file(K: int) -> Path | None:
     # keyed by the grid and the solvers' sources, so a changed solver never reuses stale weights
     sources = b"".join(path.read_bytes() for path in _solver_sources())
     key = hashlib.sha1(DELTA_GRID.tobytes() + sources).hexdigest()[:12]
-    return _cache.cache_file(f"rass_weights_K{K}_{key}.npy")
+    return _cache.cache_file(f"rass_weights_K{K}_{key}.npz")
 
 
 PACKAGE_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "rass_weights.npz"
@@ -91,11 +95,38 @@ def _table(K: int) -> np.ndarray:
     if table is None:
         shape = (DELTA_GRID.size, K)
         saved = _shipped(K)
+        unchecked = np.zeros(DELTA_GRID.size, bool)
         if saved is None:
             saved = _cache.load(_cache_file(K), shape)
+            if saved is not None:
+                unchecked = ~np.isnan(saved[:, 0])
         table = saved if saved is not None else np.full(shape, np.nan)
-        _OMEGA[K] = table
+        _OMEGA[K], _UNCHECKED[K] = table, unchecked
     return table
+
+
+def _certified(d: float, K: int, row: np.ndarray) -> bool:
+    """Whether cached weights ``row`` at delta ``d`` are a probability vector whose certified gap
+    to the optimal acceptance is within CACHE_GAP_RTOL of their 1 - A."""
+    from speccheck.errors import InputError
+    from speccheck.theory.rass_certificate import weights_gap
+    from speccheck.theory.validate import check_omega
+
+    try:
+        omega = check_omega(row, K)
+    except InputError:
+        return False
+    rejection, gap = weights_gap(d, K, omega)
+    return bool(np.isfinite(gap) and gap <= CACHE_GAP_RTOL * rejection + 1e-12)
+
+
+def _check_cached(table: np.ndarray, K: int, g: np.ndarray) -> None:
+    """Certify the cached rows among grid points ``g`` (once each); a row that fails becomes NaN."""
+    unchecked = _UNCHECKED[K]
+    for gi in np.unique(g[unchecked[g]]):
+        if not _certified(float(DELTA_GRID[gi]), K, table[gi]):
+            table[gi] = np.nan
+        unchecked[gi] = False
 
 
 def _save(K: int) -> None:
@@ -112,6 +143,7 @@ def grid_weights(g: ArrayLike, K: int) -> np.ndarray:
     g = np.asarray(g, np.int64)
     with _LOCK:
         table = _table(K)
+        _check_cached(table, K, g)
         missing = np.unique(g[np.isnan(table[g, 0])])
         for gi in missing:
             d = float(DELTA_GRID[gi])

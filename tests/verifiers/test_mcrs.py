@@ -269,7 +269,7 @@ def test_solved_policies_go_to_the_user_cache(monkeypatch, tmp_path):
     G = 8  # not the shipped G: nothing stored
     gi = int(grid_index(np.array([1.0]))[0])
     pi = mod._PolicyTable(2, G).policy(gi).pi
-    assert list(tmp_path.glob("mcrs_policies_checked_K2_G8_*.npy"))
+    assert list(tmp_path.glob("mcrs_policies_K2_G8_*.npz"))
     monkeypatch.setattr(theory_mcrs, "mcrs_policy", lambda *a, **k: (_ for _ in ()).throw(AssertionError("solved")))
     np.testing.assert_array_equal(mod._PolicyTable(2, G).policy(gi).pi, pi)
 
