@@ -15,11 +15,12 @@ def pytest_configure(config):
     a fresh folder of its own (subprocesses inherit it), so a stale or foreign table cannot
     change a result. What ships as package data is still used.
 
-    The tests run one at a time, so this process computes on one thread (torch and BLAS): their
-    tensors (<= 2^21 rows) gain little from a second thread, and on a 2-core box shared with the
-    test's own children (or anything else) an intra-op thread pool waits on descheduled threads,
-    10-20x slower (RASS's L6 on the smoke suite: 22 s on two threads, 1.2 s on one). Children
-    keep their own settings (the isolation and the Dask workers' thread settings stay tested)."""
+    The suite runs on one pytest-xdist worker per available core (:func:`pytest_xdist_auto_num_workers`),
+    so each worker computes on one thread (torch and BLAS): their tensors (<= 2^21 rows) gain
+    little from a second thread, and on a 2-core box shared with the tests' own children (or
+    anything else) an intra-op thread pool waits on descheduled threads, 10-20x slower (RASS's L6
+    on the smoke suite: 22 s on two threads, 1.2 s on one). Children keep their own settings (the
+    isolation and the Dask workers' thread settings stay tested)."""
     _saved_cache.append((os.environ.get(_CACHE_ENV), tempfile.mkdtemp(prefix="speccheck-test-cache-")))
     os.environ[_CACHE_ENV] = _saved_cache[-1][1]
     torch.set_num_threads(1)
@@ -30,6 +31,16 @@ def pytest_configure(config):
     import scipy.linalg  # noqa: F401  (loads scipy's own BLAS, so the limit reaches it too)
 
     _blas_limits.append(threadpool_limits(limits=1, user_api="blas"))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: the cores this process may run on (its affinity, not the host's count, which a
+    container can exceed many times over), at most 8 (each worker holds torch, ~0.5 GB)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API (macOS, Windows)
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
 
 
 def pytest_unconfigure(config):
