@@ -366,6 +366,9 @@ def _add_results(sub: argparse._SubParsersAction) -> None:
     ep.add_argument("--store", default=DEFAULT_STORE, metavar="PATH")
     ep.add_argument("--format", choices=["csv", "json", "parquet"], default="csv")
     ep.add_argument("--out", default=None, metavar="PATH", help="output file (default: stdout; parquet needs a file)")
+    ep.add_argument("--rows", choices=["units", "cells", "trajectories"], default="units",
+                    help="one row per stored unit (result as JSON text), per sweep cell / battery test / "
+                         "calibration record, or per sampler trajectory (typed columns)")
     p.set_defaults(func=cmd_results)
 
 
@@ -381,7 +384,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     elif args.results_command == "show":
         print(results.show_job(args.store, args.job))
     else:
-        text = results.export(args.store, args.job, fmt=args.format, out=args.out)
+        text = results.export(args.store, args.job, fmt=args.format, out=args.out, rows=args.rows)
         if text is not None:
             sys.stdout.write(text)
         else:

@@ -1,7 +1,9 @@
 """Reading the results store: list its jobs, show one (its summary), export its units.
 
-``export`` writes one row per unit: job, unit key, identity, seed, spec hash, code version,
-timing, worker and the result (JSON text in csv/parquet, an object in json).
+``export`` writes one row per unit (``rows="units"``: job, unit key, identity, seed, spec hash,
+code version, timing, worker and the result as JSON text in csv/parquet, an object in json), or
+a tidy table with typed columns (:func:`export_table`): ``rows="cells"`` one row per sweep cell,
+battery test or calibration record; ``rows="trajectories"`` one row per sampler trajectory.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Any, Optional
 
 from speccheck.errors import FileFormatError, InputError
 from speccheck.scale.store import ResultsStore
@@ -101,10 +104,92 @@ def export_rows(path: str, name: Optional[str] = None) -> list[dict]:
     return rows
 
 
-def export(path: str, name: Optional[str] = None, *, fmt: str = "csv", out: Optional[str] = None) -> Optional[str]:
-    """Export units as ``fmt`` (csv, json, parquet) to ``out``; without ``out`` return the text."""
+ROW_KINDS = ("units", "cells", "trajectories")
+TEST_FIELDS = ["layer", "cell", "test", "kind", "statistic", "threshold", "p_value", "mdd", "n", "passed"]
+
+
+_TEST_FLOATS = ("statistic", "threshold", "p_value", "mdd")
+_TEST_COLUMN = {"kind": "test_kind"}  # "kind" is the job's
+
+
+def _number(value: Any) -> float:
+    """A stored float: None (a non-finite value written as null) is NaN, "inf"/"-inf" infinite."""
+    return math.nan if value is None else float(value)
+
+
+def _cell_rows(job: str, kind: str, unit: dict) -> list[dict]:
+    """The tidy rows of one stored unit: a sweep cell's summary, each test of a battery report,
+    or a calibration record."""
+    from speccheck.scale import jobs
+
+    result = unit["result"]
+    head = {"job": job, "kind": kind, "unit_key": unit["unit_key"], "seed": unit["seed"]}
+    if kind == "sweep":
+        return [{**head, **jobs.summary_row(result)}]
+    if kind.startswith(("battery", "mutants")) and isinstance(result.get("results"), list):
+        return [{**head, "verifier": result.get("verifier") or str(unit["unit_key"]).split("/")[0],
+                 **{_TEST_COLUMN.get(k, k): _number(test.get(k)) if k in _TEST_FLOATS else test.get(k)
+                    for k in TEST_FIELDS}}
+                for test in result["results"]]
+    if kind == "calibration":
+        return [{**head, **{k: v for k, v in result.items() if not isinstance(v, (dict, list))}}]
+    return []
+
+
+def _trajectory_rows(job: str, unit: dict) -> list[dict]:
+    from speccheck.scale.jobs import TRAJECTORY_FIELDS
+
+    result = unit["result"]
+    summary, columns = result["summary"], result["trajectories"]
+    fixed = {"job": job, **{k: summary[k] for k in ("rule", "K", "L", "tree", "B")}, "seed": unit["seed"],
+             "stochastic_steps": result.get("stochastic_steps")}
+    present = [c for c in TRAJECTORY_FIELDS if c in columns]
+    return [{**fixed, **{c: columns[c][i] for c in present}} for i in range(len(columns["speedup"]))]
+
+
+def export_table(path: str, name: Optional[str] = None, rows: str = "cells") -> Any:
+    """A pandas DataFrame of job ``name`` (or every job) in the store at ``path``, one row per
+    ``rows`` ("units", "cells" or "trajectories", see the module docstring), columns typed
+    (integers, floats with NaN for a missing value, booleans, strings; JSON text for the nested
+    values of "units")."""
+    import pandas as pd
+
+    if rows not in ROW_KINDS:
+        raise InputError(f"--rows must be one of {', '.join(ROW_KINDS)}, got {rows!r}")
+    units = export_rows(path, name)
+    if rows == "units":
+        table = [{**u, "identity": json.dumps(u["identity"]), "result": json.dumps(u["result"], sort_keys=True)}
+                 for u in units]
+        return pd.DataFrame(table, columns=EXPORT_FIELDS).infer_objects()
+    if rows == "trajectories":
+        table = [r for u in units if u["kind"] == "sweep" for r in _trajectory_rows(u["job"], u)]
+    else:
+        table = [r for u in units for r in _cell_rows(u["job"], u["kind"], u)]
+    return pd.DataFrame(table).infer_objects()
+
+
+def _write_table(frame: Any, fmt: str, out: Optional[str]) -> Optional[str]:
+    if fmt == "parquet":
+        if not out:
+            raise InputError("--format parquet needs --out FILE (binary output)")
+        _write_parquet_frame(frame, out)
+        return None
+    text = frame.to_json(orient="records", indent=1) + "\n" if fmt == "json" else frame.to_csv(index=False)
+    if out is None:
+        return text
+    with open(out, "w", newline="") as fh:
+        fh.write(text)
+    return None
+
+
+def export(path: str, name: Optional[str] = None, *, fmt: str = "csv", out: Optional[str] = None,
+           rows: str = "units") -> Optional[str]:
+    """Export job ``name`` (or every job) as ``fmt`` (csv, json, parquet) to ``out``, one row per
+    ``rows`` (see :func:`export_table`); without ``out`` return the text."""
     if fmt not in ("csv", "json", "parquet"):
         raise InputError(f"--format must be csv, json or parquet, got {fmt!r}")
+    if rows != "units":
+        return _write_table(export_table(path, name, rows), fmt, out)
     rows = export_rows(path, name)
     if fmt == "json":
         text = json.dumps(rows, indent=1) + "\n"
@@ -129,10 +214,14 @@ def export(path: str, name: Optional[str] = None, *, fmt: str = "csv", out: Opti
 
 
 def _write_parquet(rows: list[dict], out: str) -> None:
-    try:
-        import pandas as pd
+    import pandas as pd
 
-        pd.DataFrame(rows, columns=EXPORT_FIELDS).to_parquet(out, index=False)
+    _write_parquet_frame(pd.DataFrame(rows, columns=EXPORT_FIELDS), out)
+
+
+def _write_parquet_frame(frame: Any, out: str) -> None:
+    try:
+        frame.to_parquet(out, index=False)
     except ImportError as exc:
-        raise InputError(f"--format parquet needs pandas with pyarrow (`pip install pyarrow`): {exc}; "
+        raise InputError(f"--format parquet needs pyarrow: pip install 'speccheck[parquet]' (or pyarrow); {exc}; "
                          "or use --format csv/json") from None
