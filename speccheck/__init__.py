@@ -12,12 +12,19 @@ Subpackages (data flows one way: theory <- verifiers <- sampler <- validation/fi
 
 __version__ = "0.1.0"
 
-__all__ = ["BatteryOutcome", "battery", "measure_acceptance"]
+__all__ = ["BatteryOutcome", "PlainResult", "battery", "measure_acceptance", "sample"]
+
+_HOMES = {"BatteryOutcome": "speccheck.api", "battery": "speccheck.api", "measure_acceptance": "speccheck.api",
+          "PlainResult": "speccheck.sampler.plain", "sample": "speccheck.sampler.plain"}
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the API loads on first use (torch is heavy)
-    if name in __all__:
-        from speccheck import api
+    if name in _HOMES:
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'speccheck' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

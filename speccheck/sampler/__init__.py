@@ -4,6 +4,7 @@
     sp = SpeculativeSampler(target, schedule, uniform_tree(6, 6), "dgrs",
                             freeze="velocity", prefetch="nearest", leaves=False, lazy=True)
     res = sp.run(x0, generator)          # res.nfe, res.speedup, res.events, ...
+    plain = sample(target, schedule, 1000, generator=0)   # no speculation: plain.samples, plain.nfe
 """
 
 from speccheck.sampler.analysis import calibration, predicted_nfe, summarize, theoretical_acceptance
@@ -16,6 +17,7 @@ from speccheck.sampler.core import (
     SamplerResult,
     SpeculativeSampler,
 )
+from speccheck.sampler.plain import PlainResult, sample
 from speccheck.sampler.tree import (
     MAX_TREE_NODES,
     DraftTree,
@@ -29,6 +31,6 @@ from speccheck.sampler.tree import (
 
 __all__ = [
     "FREEZE_MODES", "MAX_EAGER_ELEMENTS", "MAX_TREE_NODES", "PREFETCH_MODES", "DraftTree", "EventLog", "NodeSource",
-    "SamplerResult", "SpeculativeSampler", "calibration", "chain", "chain_matched", "predicted_nfe", "pruned_tree",
-    "summarize", "theoretical_acceptance", "tree_size", "uniform_tree", "widths_tree",
+    "PlainResult", "SamplerResult", "SpeculativeSampler", "calibration", "chain", "chain_matched", "predicted_nfe",
+    "pruned_tree", "sample", "summarize", "theoretical_acceptance", "tree_size", "uniform_tree", "widths_tree",
 ]

@@ -127,6 +127,27 @@ class SamplerResult:
     states: Optional[torch.Tensor] = None
 
     @property
+    def samples(self) -> torch.Tensor:
+        """The final states [n, *shape] (``x``; the name :class:`~speccheck.sampler.plain.PlainResult` uses)."""
+        return self.x
+
+    @property
+    def trajectories(self) -> Optional[torch.Tensor]:
+        """Every state [n, N + 1, *shape] (``states``) if the run recorded them, else None."""
+        return self.states
+
+    def acceptance_per_step(self, mask: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """(accepted, verified): int64 arrays [N], the verifications of transition k -> k + 1
+        that accepted a child, and all of them, over the trajectories where the boolean ``mask``
+        [n] is True (all if None). verified[k] + deterministic steps = trajectories per step."""
+        n_steps = int(self.commit_depth.shape[1])
+        traj = self.events.traj.astype(np.int64)
+        keep = np.ones(traj.size, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)[traj]
+        step = self.events.step.astype(np.int64)[keep]
+        accepted = np.bincount(step, weights=self.events.accepted[keep].astype(np.int64), minlength=n_steps)
+        return accepted.astype(np.int64), np.bincount(step, minlength=n_steps).astype(np.int64)
+
+    @property
     def speedup(self) -> torch.Tensor:
         """Stochastic steps / target calls (warm-up included), per trajectory."""
         return self.n_stochastic / self.nfe.double()
@@ -359,13 +380,14 @@ class SpeculativeSampler:
     """Algorithm 1 for a VelocityModel ``target``, a Schedule, a DraftTree and a verifier.
 
     Protocol switches: freeze in FREEZE_MODES, prefetch in PREFETCH_MODES, leaves (evaluate
-    leaves too: |V| rows instead of |I|), lazy. Subclasses override the small ``_hook_*``
-    methods (see :mod:`speccheck.validation.sampler_mutants`).
+    leaves too: |V| rows instead of |I|), lazy. The defaults are the documented preset's
+    (``speccheck.sampler.experiments.PRESETS["gmm-paper"]``: velocity, nearest, leaves, lazy).
+    Subclasses override the small ``_hook_*`` methods (see :mod:`speccheck.validation.sampler_mutants`).
     """
 
     def __init__(self, target: object, schedule: Schedule, tree: DraftTree, verifier: object, *,
-                 freeze: str = "velocity", prefetch: str = "nearest", leaves: bool = False,
-                 lazy: bool = False) -> None:
+                 freeze: str = "velocity", prefetch: str = "nearest", leaves: bool = True,
+                 lazy: bool = True) -> None:
         if freeze not in FREEZE_MODES:
             raise InputError(f"freeze must be one of {FREEZE_MODES}, got {freeze!r}")
         if prefetch not in PREFETCH_MODES:

@@ -153,14 +153,34 @@ def _check_cells(K: int, Ls: Sequence[int], n_traj: int, seed: int, max_nodes: i
         raise InputError(f"max_nodes must be an integer >= 1, got {max_nodes!r}")
 
 
+OUTPUTS = ("samples", "trajectories", "acceptance")
+"""Arrays :func:`run_cells` adds to each cell's summary on request (``outputs``)."""
+
+
+def _check_outputs(outputs: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(outputs, str) or not all(isinstance(o, str) and o in OUTPUTS for o in outputs):
+        raise InputError(f"outputs must be a list drawn from {list(OUTPUTS)}, got {outputs!r}")
+    return tuple(outputs)
+
+
 def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_traj: int, seed: int,
-              max_nodes: int = 400_000, device: str | torch.device = "cpu") -> tuple[list[dict], list[dict]]:
+              max_nodes: int = 400_000, device: str | torch.device = "cpu", *,
+              outputs: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
     """Run cells (K, L) for L in Ls with one verifier; all L share one batched run (per-trajectory
     depth caps). Returns (per-trajectory rows, per-cell summaries).
 
     The starting states and every draw come from one generator seeded with ``seed`` on
-    ``device`` (the same numbers on every CPU; a CUDA generator draws another stream)."""
+    ``device`` (the same numbers on every CPU; a CUDA generator draws another stream).
+
+    ``outputs`` (any of :data:`OUTPUTS`) adds numpy arrays to each cell's summary: "samples" ->
+    ``samples`` [n_traj, d] final states; "trajectories" -> ``states`` [n_traj, N + 1, d], every
+    state (the summary's ``trajectories`` stays the count; recorded only when asked: memory
+    n_traj x len(Ls) x (N + 1) x d floats); "acceptance" -> ``accepted_per_step`` and
+    ``verified_per_step`` [N] (verifications of step k -> k + 1 that accepted a child, and all).
+    Counters and every other number are the same with or without."""
     _check_cells(K, Ls, n_traj, seed, max_nodes)
+    outputs = _check_outputs(outputs)
+    record = "trajectories" in outputs
     rule = resolve_verifier(verifier)
     target = gmm_preset(proto.target)
     schedule = proto.schedule()
@@ -172,11 +192,12 @@ def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_tr
     gen = generator(seed, device)
     x0 = torch.randn(depth_caps.numel(), target.d, generator=gen, dtype=torch.float64, device=device)
     if proto.lazy:
-        chunks = [(slice(0, depth_caps.numel()), sampler.run(x0, gen, depth_cap=depth_caps))]
+        chunks = [(slice(0, depth_caps.numel()), sampler.run(x0, gen, record_states=record, depth_cap=depth_caps))]
     else:  # eager: chunk trajectories so one round holds <= max_nodes tree nodes
         per_chunk = max(1, max_nodes // batch_tree.n_nodes)
         spans = [slice(i, i + per_chunk) for i in range(0, depth_caps.numel(), per_chunk)]
-        chunks = [(span, sampler.run(x0[span], gen, depth_cap=depth_caps[span])) for span in spans]
+        chunks = [(span, sampler.run(x0[span], gen, record_states=record, depth_cap=depth_caps[span]))
+                  for span in spans]
     rows, summaries = [], []
     for index, (L, tree) in enumerate(zip(Ls, trees)):
         first = index * n_traj
@@ -184,7 +205,8 @@ def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_tr
         in_cell[first:first + n_traj] = True
         cell = {"rule": verifier_name(rule), "K": K, "L": L, "tree": tree.name, "B": tree.budget,
                 "rows_per_round": tree.rows(proto.leaves), "seed": seed}
-        summaries.append({**cell, **_summarize_chunks(chunks, rule, schedule, tree.L, in_cell)})
+        summaries.append({**cell, **_summarize_chunks(chunks, rule, schedule, tree.L, in_cell),
+                          **_cell_arrays(chunks, in_cell, outputs)})
         rows += _trajectory_rows(chunks, cell, in_cell, first)
     return rows, summaries
 
@@ -206,6 +228,27 @@ def _trajectory_rows(chunks: list, cell: dict, in_cell: np.ndarray, first: int) 
                          "verified": counts["n_verified"][j], "stochastic_steps": result.n_stochastic,
                          "speedup": speedups[j]})
     return rows
+
+
+def _cell_arrays(chunks: list, in_cell: np.ndarray, outputs: tuple[str, ...]) -> dict:
+    """The arrays ``outputs`` asks for, over the cell's trajectories (``in_cell``), in order."""
+    if not outputs:
+        return {}
+    parts = [(result, in_cell[span.start: span.start + result.nfe.numel()]) for span, result in chunks]
+    parts = [(result, mask) for result, mask in parts if mask.any()]
+    out: dict = {}
+    if "samples" in outputs:
+        out["samples"] = np.concatenate([result.x[torch.as_tensor(mask, device=result.x.device)].cpu().numpy()
+                                         for result, mask in parts])
+    if "trajectories" in outputs:
+        out["states"] = np.concatenate([
+            result.states[torch.as_tensor(mask, device=result.states.device)].cpu().numpy()
+            for result, mask in parts])
+    if "acceptance" in outputs:
+        counts = [result.acceptance_per_step(mask) for result, mask in parts]
+        out["accepted_per_step"] = np.sum([a for a, _ in counts], axis=0)
+        out["verified_per_step"] = np.sum([v for _, v in counts], axis=0)
+    return out
 
 
 def _summarize_chunks(chunks: list, rule: object, schedule: Schedule, L: int, in_cell: np.ndarray) -> dict:
@@ -238,9 +281,11 @@ def _merge_results(results: list[SamplerResult]) -> SamplerResult:
                          lazy_eval_calls=0, protocol=results[0].protocol)
 
 
-def speedup_run(proto: Protocol, verifier: str, K: int, L: int, n_traj: int, seed: int) -> dict:
-    """One cell with the full record (the ``speccheck speedup`` JSON)."""
-    _, summ = run_cells(proto, verifier, K, [L], n_traj, seed)
+def speedup_run(proto: Protocol, verifier: str, K: int, L: int, n_traj: int, seed: int, *,
+                outputs: Sequence[str] = ()) -> dict:
+    """One cell with the full record (the ``speccheck speedup`` JSON); ``outputs`` adds the
+    arrays of :func:`run_cells` (not JSON: leave it empty for the record)."""
+    _, summ = run_cells(proto, verifier, K, [L], n_traj, seed, outputs=outputs)
     out = dict(summ[0])
     out["protocol"] = asdict(proto)
     out["schedule"] = proto.schedule().describe()

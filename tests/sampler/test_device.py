@@ -100,3 +100,35 @@ def test_run_cells_on_cuda_matches_cpu(monkeypatch):
         assert len(summaries) == len(cpu_summaries)
         for got, want in zip(summaries, cpu_summaries):
             assert got == pytest.approx(want, nan_ok=True)
+
+
+def test_plain_sampler_on_cuda_matches_cpu():
+    from speccheck.sampler.plain import sample
+
+    target, schedule = small_mixture(4), flow_matching(12, 0.4)
+    cpu = sample(target, schedule, 8, generator=torch.Generator().manual_seed(4), return_trajectories=True)
+    fc.reset()
+    with fc.fake_cuda():
+        res = sample(target, schedule, 8, generator=fc.cuda_generator(4), return_trajectories=True)
+        devices = {res.samples.device.type, res.trajectories.device.type}
+    assert not fc.ERRORS, dict(fc.ERRORS)
+    assert devices == {"cuda"} and sum(fc.OPS.values()) > 0
+    assert torch.equal(res.trajectories.elem, cpu.trajectories) and res.nfe == cpu.nfe
+
+
+def test_run_cells_outputs_on_cuda_match_cpu(monkeypatch):
+    from speccheck.sampler import experiments
+
+    monkeypatch.setattr(experiments, "generator", lambda seed, device: fc.cuda_generator(seed) if device == "cuda"
+                        else torch.Generator().manual_seed(seed))
+    outputs = ("samples", "trajectories", "acceptance")
+    for lazy in (True, False):
+        proto = experiments.preset("gmm-paper", lazy=lazy, steps=4)
+        _, want = experiments.run_cells(proto, "dgrs", 2, [1, 2], 2, 5, outputs=outputs)
+        fc.reset()
+        with fc.fake_cuda():
+            _, got = experiments.run_cells(proto, "dgrs", 2, [1, 2], 2, 5, device="cuda", outputs=outputs)
+        assert not fc.ERRORS, dict(fc.ERRORS)
+        for g, w in zip(got, want):
+            for key in ("samples", "states", "accepted_per_step", "verified_per_step"):
+                assert isinstance(g[key], np.ndarray) and np.array_equal(g[key], w[key]), key
