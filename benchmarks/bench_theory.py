@@ -51,8 +51,8 @@ from speccheck.theory import (
     list_bound_iid,
     rass_dual,
 )
-from speccheck.theory import rass as rass_theory
-from speccheck.theory.rass_lp import paper_sized_lp
+from speccheck.theory.rass import core as rass_theory
+from speccheck.theory.rass.lp import paper_sized_lp
 
 
 def _fastest(fn, repeats: int) -> float:

@@ -1,10 +1,11 @@
 """Closed forms and optimisation (numpy/scipy/cvxpy, no torch): SPEC sections 1-2.
 
 Acceptance of RMC, D-GRS, RASS (exact at any fixed weights: ``exact``) and MCRS, the i.i.d.-list
-and dependent-drafts bounds, the certified optimal RASS rank weights (``rass``; the quadrature
-LP is a cross-check in ``rass_lp``), residual intervals, speed-up predictions for draft trees.
-Inputs are validated by ``validate`` (delta finite >= 0, K in 1..128, omega on the simplex).
-Generated artefacts: ``reference`` (golden tables), ``claims``, ``mcrs_tables``.
+and dependent-drafts bounds, the certified optimal RASS rank weights (the ``rass`` package; the
+quadrature LP is a cross-check in ``rass.lp``), the MCRS policies (the ``mcrs`` package), residual
+intervals, speed-up predictions for draft trees. Inputs are validated by ``validate`` (delta
+finite >= 0, K in 1..128, omega on the simplex). Generated artefacts: ``reference`` (golden
+tables), ``claims``, ``mcrs_tables``.
 """
 
 import importlib

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 from scipy import optimize, sparse, special
 
-from speccheck.theory.mcrs import (  # noqa: F401
+from speccheck.theory.mcrs.core import (  # noqa: F401
     _breakpoints,
     _gl,
     _log_f,

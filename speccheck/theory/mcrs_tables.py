@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from speccheck.theory import mcrs as _mcrs
-from speccheck.theory.mcrs import (
+from speccheck.theory.mcrs import core as _mcrs
+from speccheck.theory.mcrs.core import (
     DEFAULT_G,
     _acceptance_rass,
     _list_bound_iid,

@@ -1,4 +1,4 @@
-"""MCRS-2 policy data: the checked min-max policies of :mod:`speccheck.theory.mcrs_minmax` on the
+"""MCRS-2 policy data: the checked min-max policies of :mod:`speccheck.theory.mcrs.minmax` on the
 MCRS-2 delta grid, shipped as speccheck/data/mcrs2_policies_G8x64.npz (numpy only, no torch).
 
 Grid (:data:`GRID`): MCRS's grid plus :data:`FINE` (step 0.0125 on [0.0375, 0.4875]) and
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from speccheck.theory import mcrs_minmax as _mm
+from speccheck.theory.mcrs import minmax as _mm
 from speccheck.verifiers import mcrs as _mcrs
 
 G1, G2 = 8, 64  # min-cells x max-cells (the max-cells are the MCRS kernel's VERIFIER_G cells)
@@ -133,7 +133,7 @@ def build_minmax_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
     (or those nearest ``deltas``), merged into the npz at ``path`` (rewritten after every point,
     so an interrupted build keeps its progress; points already stored are kept). Each policy is
     the LP's if its exact acceptance reaches the lifted max-only MCRS policy's, else the latter
-    (:func:`speccheck.theory.mcrs_minmax.minmax_policy`)."""
+    (:func:`speccheck.theory.mcrs.minmax.minmax_policy`)."""
     data: dict = {}
     if Path(path).exists():
         with np.load(path) as z:

@@ -53,11 +53,11 @@ _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN 
 
 
 def _solver_sources() -> list[Path]:
-    """Every source file of :mod:`speccheck.theory` (the solvers behind the weights: rass.py at
-    K <= 16, rass_dual.py and exact.py above, and what they import)."""
+    """Every source file of :mod:`speccheck.theory`, subpackages included (the solvers behind the
+    weights: rass/core.py at K <= 16, rass/dual.py and exact.py above, and what they import)."""
     from speccheck import theory
 
-    return sorted(Path(theory.__file__).resolve().parent.glob("*.py"))
+    return sorted(Path(theory.__file__).resolve().parent.rglob("*.py"))
 
 
 def _cache_file(K: int) -> Path | None:
@@ -127,7 +127,7 @@ def build_weight_data(Ks: Sequence[int], path: Path = PACKAGE_WEIGHTS) -> Path:
     and write them, with the grid, to ``path`` (the shipped tables; ``speccheck reproduce
     rass-weights``). Tables of other K already in ``path`` (same grid) are kept, and the file is
     rewritten after each K, so a long build keeps its progress."""
-    from speccheck.theory.rass import cold_rank_weight_solution
+    from speccheck.theory.rass.core import cold_rank_weight_solution
     from speccheck.theory.validate import check_omega
 
     tables = {"grid": DELTA_GRID}

@@ -1,5 +1,5 @@
 """The result type of the RASS rank-weight solvers and the certificates they share
-(:mod:`speccheck.theory.rass` for K <= 16, :mod:`speccheck.theory.rass_dual` above): the piecewise
+(:mod:`speccheck.theory.rass` for K <= 16, :mod:`speccheck.theory.rass.dual` above): the piecewise
 certificate, the set margins of weak duality and the set bound moved to its maximin. A module of
 its own so that both import it and neither imports the other's caller."""
 

@@ -14,7 +14,7 @@ from scipy import optimize, sparse
 
 from speccheck.theory.hinge_lp import hinge_lp_highs
 from speccheck.theory.normal import log_phi
-from speccheck.theory.rass import log_rank_terms
+from speccheck.theory.rass.core import log_rank_terms
 from speccheck.theory.validate import check_delta, check_K
 
 S_MAX = 9.0  # min(q, p_omega) <= K phi: mass outside [-9, 9] < 1e-17 for K <= 64 (small delta)
