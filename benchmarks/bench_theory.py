@@ -42,6 +42,7 @@ import time
 
 import numpy as np
 
+from research.rass_lp import paper_sized_lp
 from speccheck.theory import (
     acceptance_dgrs,
     acceptance_rass,
@@ -49,10 +50,9 @@ from speccheck.theory import (
     exact,
     list_bound_dependent,
     list_bound_iid,
-    rass_dual,
 )
 from speccheck.theory.rass import core as rass_theory
-from speccheck.theory.rass.lp import paper_sized_lp
+from speccheck.theory.rass import dual as rass_dual
 
 
 def _fastest(fn, repeats: int) -> float:

@@ -46,13 +46,28 @@ class Artefact:
     needs: tuple[str, ...] = ()
 
 
+def source_checkout() -> Path | None:
+    """The source checkout speccheck runs from (the folder holding ``speccheck/`` and ``research/``),
+    or None for an installed wheel (which has no research code)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "research" / "__init__.py").is_file() else None
+
+
 def resolve(spec: str) -> Callable:
-    """The callable named by ``"module:function"``; LoadError naming it if it is not there."""
+    """The callable named by ``"module:function"``; LoadError naming it if it is not there.
+
+    ``research.*`` modules (research and reproduction code, not in the wheel) are looked up in
+    the source checkout (:func:`source_checkout`), so ``speccheck reproduce`` finds them from a
+    checkout whatever the working directory; an installed wheel reports them missing."""
     module_name, _, attr = spec.partition(":")
+    checkout = source_checkout() if module_name.split(".")[0] == "research" else None
+    if checkout is not None and str(checkout) not in sys.path:
+        sys.path.append(str(checkout))
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise LoadError(f"{spec}: module {exc.name!r} is not available in this installation") from None
+        where = " (research code: run from a source checkout)" if module_name.split(".")[0] == "research" else ""
+        raise LoadError(f"{spec}: module {exc.name!r} is not available in this installation{where}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise LoadError(f"{spec}: {module_name} has no function {attr!r} in this installation")
@@ -73,14 +88,14 @@ def missing_needs(artefact: Artefact) -> list[str]:
 # ---------------------------------------------------------------------------- theory
 def golden(root: Path) -> list[Path]:
     """The mpmath golden acceptance table (theory/golden_acceptance.csv)."""
-    return [Path(resolve("speccheck.theory.reference:write_golden")(root / "theory"))]
+    return [Path(resolve("research.reference:write_golden")(root / "theory"))]
 
 
 def paper_claims(root: Path) -> list[Path]:
     """The papers' theory claims checked against speccheck.theory (theory/paper_claims.md)."""
     path = root / "theory" / "paper_claims.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    resolve("speccheck.theory.claims:write_paper_claims")(path)
+    resolve("research.claims:write_paper_claims")(path)
     return [path]
 
 
@@ -88,7 +103,7 @@ def mcrs_gap_table(root: Path) -> list[Path]:
     """Share of RASS's gap MCRS closes (theory/mcrs_gap_table.{csv,md})."""
     path = root / "theory" / "mcrs_gap_table.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    resolve("speccheck.theory.mcrs_tables:write_gap_table")(path)
+    resolve("research.mcrs_tables:write_gap_table")(path)
     return [path, path.with_suffix(".csv")]
 
 
@@ -96,7 +111,7 @@ def mcrs_minmax_table(root: Path) -> list[Path]:
     """The richer (min-max) MCRS policy table (theory/mcrs_minmax_table.md)."""
     path = root / "theory" / "mcrs_minmax_table.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    resolve("speccheck.theory.mcrs_tables:write_minmax_table")(path)
+    resolve("research.mcrs_tables:write_minmax_table")(path)
     return [path]
 
 
@@ -398,13 +413,13 @@ def _entry(name: str, func: Callable, writes: tuple[str, ...], duration: str, ne
 
 REGISTRY: dict[str, Artefact] = dict([
     _entry("golden", golden, ("theory/golden_acceptance.csv",), "~20 min",
-           ("speccheck.theory.reference:write_golden",)),
+           ("research.reference:write_golden",)),
     _entry("paper-claims", paper_claims, ("theory/paper_claims.md",), "~1 min",
-           ("speccheck.theory.claims:write_paper_claims",)),
+           ("research.claims:write_paper_claims",)),
     _entry("mcrs-gap-table", mcrs_gap_table, ("theory/mcrs_gap_table.csv", "theory/mcrs_gap_table.md"), "~7 min",
-           ("speccheck.theory.mcrs_tables:write_gap_table",)),
+           ("research.mcrs_tables:write_gap_table",)),
     _entry("mcrs-minmax-table", mcrs_minmax_table, ("theory/mcrs_minmax_table.md",), "~3 min",
-           ("speccheck.theory.mcrs_tables:write_minmax_table",)),
+           ("research.mcrs_tables:write_minmax_table",)),
     _entry("mcrs-policies", mcrs_policies, ("speccheck/data/mcrs_policies_G64.npz",), "~45 min",
            ("speccheck.verifiers.mcrs:build_policy_data",)),
     _entry("rass-survey", rass_survey, ("theory/rass_dual_survey.md",), "~4-8 min"),

@@ -52,7 +52,7 @@ def test_fast_code_matches_golden(column, func):
 def test_golden_reference_code_reproduces_a_row():
     import mpmath as mp
 
-    from speccheck.theory.reference import mp_acceptance_dgrs
+    from research.reference import mp_acceptance_dgrs
 
     with mp.workdps(40):
         assert float(mp_acceptance_dgrs(mp.mpf(1), 4)) == pytest.approx(0.797811196292381568, rel=1e-15)

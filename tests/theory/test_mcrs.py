@@ -150,8 +150,8 @@ def test_richer_policy_design_matrices_are_selection_laws(K):
     # give the r-th order statistic's Beta(r, K - r + 1) density, and a random policy a density
     # whose bin masses match a Monte Carlo of the rule (|z| < 5.3 on each of <= 200 bins in all:
     # false-failure rate < 3e-5).
+    from research.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
     from speccheck.theory.mcrs.core import _breakpoints, _quadrature
-    from speccheck.theory.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
 
     G = 5
     lo, lobar, hi, hibar = minmax_edges(K, G)
@@ -195,8 +195,8 @@ def test_minmax_policy_closes_the_small_delta_gap():
     beat the bound), closes >= 90% of RASS's gap (measured 93.7%; deterministic LP) and exceeds
     the bound for EVERY max-only policy (90.91% of the gap at 100 dual steps), which 1280 max-only
     cells need to reach 90%."""
+    from research.mcrs_research import max_conditioned_bound, minmax_lp_acceptance
     from speccheck.theory import acceptance_rass, list_bound_iid
-    from speccheck.theory.mcrs_research import max_conditioned_bound, minmax_lp_acceptance
 
     r = minmax_lp_acceptance(0.1, 4, G=8)
     rass, bound = float(acceptance_rass(0.1, 4)), float(list_bound_iid(0.1, 4))
@@ -297,7 +297,7 @@ def test_gap_table_findings_and_csv_are_generated_from_the_rows(tmp_path):
     CSV stores `closed` in percent, as the min-max table reads it back."""
     import csv
 
-    from speccheck.theory.mcrs_tables import gap_findings, write_gap_table
+    from research.mcrs_tables import gap_findings, write_gap_table
 
     def row(K, delta, gap, closed):
         return dict(K=K, delta=delta, G=8, rass=0.9, mcrs=0.95, mcrs_lp=0.95, bound=0.9 + gap, rass_gap=gap,
@@ -366,9 +366,9 @@ def test_max_conditioned_bound_is_an_upper_bound_and_tight_where_known():
     policies on 16 and 32 cells and RASS's constant policy), and tight where the optimum is known:
     K = 1 selects the one draft, so the class is RMC (bound - A_RMC: 4.9e-5 at 50 steps, the
     step function's miss of the crossing f = 1)."""
+    from research.mcrs_research import max_conditioned_bound
     from speccheck.theory import acceptance_rass, acceptance_rmc
     from speccheck.theory.mcrs import acceptance_mcrs
-    from speccheck.theory.mcrs_research import max_conditioned_bound
 
     one = max_conditioned_bound(0.5, 1, n_steps=50)
     assert float(acceptance_rmc(0.5)) <= one["bound"] <= float(acceptance_rmc(0.5)) + 1e-4
@@ -386,9 +386,9 @@ def test_class_bound_brackets_the_missed_cell():
     """K = 4, delta = 0.1 (the cell the gap table's target hinges on): no max-conditioned policy
     closes more than 91% of RASS's gap (bound at 100 dual steps: 90.91%; 400 steps: 90.77%), and
     the bound lies above the policy on 32 "sine" cells."""
+    from research.mcrs_research import max_conditioned_bound
     from speccheck.theory import acceptance_rass, list_bound_iid
     from speccheck.theory.mcrs import acceptance_mcrs
-    from speccheck.theory.mcrs_research import max_conditioned_bound
 
     rass, bound = float(acceptance_rass(0.1, 4)), float(list_bound_iid(0.1, 4))
     ub = max_conditioned_bound(0.1, 4, n_steps=100)["bound"]
@@ -399,7 +399,7 @@ def test_class_bound_brackets_the_missed_cell():
 def test_class_bracket_verdicts():
     """The bracket's verdict follows its two ends: bound below the target -> unreachable; the
     refined policy at the target -> reachable; otherwise undecided, with both ends printed."""
-    from speccheck.theory.mcrs_tables import format_class_bracket
+    from research.mcrs_tables import format_class_bracket
 
     def bracket(fine, ub):
         return dict(K=4, delta=0.1, G=320, closed=0.897, G_fine=640, closed_fine=fine, solve_fine_s=80.0,
@@ -416,7 +416,7 @@ def test_class_bracket_verdicts():
 def test_minmax_findings_name_the_cases_beyond_the_max_only_class():
     """The min-max table's findings are generated from its rows: a case is listed when its
     min-max share exceeds the bound for every max-only policy; failed LPs are never listed."""
-    from speccheck.theory.mcrs_tables import format_minmax_table, minmax_findings
+    from research.mcrs_tables import format_minmax_table, minmax_findings
 
     def row(K, minmax, max_class, error=""):
         return dict(K=K, delta=0.05, G=16, rass_gap=1e-3, max_G=0.8, max_160=0.9, max_class=max_class,
@@ -449,9 +449,9 @@ def test_issue13_target_cell_k4_delta01_reaches_90_percent():
     cells, G = 1280, moment-form LP: ~20 s) closes >= 90% of RASS's gap (measured 90.07%) with a
     checked policy that stays below the i.i.d.-list bound and below the bound for every
     max-conditioned policy."""
+    from research.mcrs_research import max_conditioned_bound
+    from research.mcrs_tables import GAP_TABLE_KIND, gap_table_G
     from speccheck.theory.mcrs import core as m
-    from speccheck.theory.mcrs_research import max_conditioned_bound
-    from speccheck.theory.mcrs_tables import GAP_TABLE_KIND, gap_table_G
 
     row = m.gap_closed_mcrs(0.1, 4, gap_table_G(4), GAP_TABLE_KIND)
     assert row["G"] == 1280 and row["layout"] == "sine"

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from research import reference as ref
+from research.rass_lp import rank_weights_lp
 from speccheck.errors import InputError
 from speccheck.theory import (
     acceptance_dgrs,
@@ -24,8 +26,6 @@ from speccheck.theory import (
     residual_intervals,
     sf_p_omega,
 )
-from speccheck.theory import reference as ref
-from speccheck.theory.rass.lp import rank_weights_lp
 
 
 def test_p_omega_is_the_order_statistic_law():

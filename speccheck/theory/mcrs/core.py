@@ -29,7 +29,7 @@ cells it is written with the moments M_{r,j,p} as extra variables (sparse, :func
 ``acceptance_mcrs`` then evaluates the returned policy exactly (closed-form g, crossings of
 f and g located on each cell and refined, exact masses), not on the LP's quadrature.
 
-Measurements for the gap that max-conditioning leaves live in :mod:`speccheck.theory.mcrs_research`
+Measurements for the gap that max-conditioning leaves live in :mod:`research.mcrs_research`
 (theory/mcrs_gap_table.md, theory/mcrs_minmax_table.md): ``max_conditioned_bound`` (no policy of
 the largest draft accepts more), ``top2_lp_acceptance`` (policy on the two largest drafts) and
 ``minmax_lp_acceptance`` (policy on the smallest and the largest draft).
