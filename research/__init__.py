@@ -5,6 +5,7 @@
 - :mod:`research.claims`: the papers' theory claims checked against ``speccheck.theory``;
 - :mod:`research.mcrs_research`: the MCRS research LPs (top-2, min-max, the max-conditioned bound);
 - :mod:`research.mcrs_tables`: the MCRS gap and min-max tables (``theory/*.md``);
+- :mod:`research.mcrs2_tables`: the MCRS-2 share table (``theory/mcrs2_share_table.md``);
 - :mod:`research.rass_lp`, :mod:`research.hinge_lp`: the HiGHS quadrature LPs (cross-checks,
   the paper-sized benchmark baseline).
 

@@ -30,8 +30,6 @@ the suite's power. When the run fails, :mod:`speccheck.validation.localise` conf
 failing delta window and K on fresh draws, with an error budget of its own.
 """
 
-from typing import Any
-
 from speccheck.validation.battery.cells import run_cell
 from speccheck.validation.battery.plan import _check_alpha as _check_alpha  # private, used by speccheck.api and
 from speccheck.validation.battery.plan import _check_Ks as _check_Ks  # speccheck.scale through this package
@@ -64,12 +62,3 @@ __all__ = ["BatteryReport", "TestResult", "assemble_report", "assert_battery_pas
            "localise_report", "per_test_alpha", "plan_battery", "planned_tests", "rejudge_sequence",
            "resolve_device", "resolve_layers", "run_battery", "run_cell"]
 
-
-# ------------------------------------------------------------------ moved to mutants
-def __getattr__(name: str) -> Any:
-    """The mutant runners live in :mod:`speccheck.validation.mutants` (re-exported here)."""
-    if name in ("SamplerMutantRule", "mutant_factories", "run_mutants"):
-        from speccheck.validation import mutants
-
-        return getattr(mutants, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
