@@ -45,7 +45,7 @@ from speccheck.verifiers.grid import DELTA_GRID, grid_bracket
 from speccheck.verifiers.special import log_rank_binomials
 
 Tensor = torch.Tensor
-__all__ = ["DELTA_GRID", "grid_bracket", "ndtr", "RASS", "RASSInverseCDF", "rass_weights", "grid_weights",
+__all__ = ["DELTA_GRID", "grid_bracket", "RASS", "RASSInverseCDF", "rass_weights", "grid_weights",
            "build_weight_data", "residual_support", "support_rows", "log_mix"]
 
 _LOCK = threading.Lock()
@@ -107,7 +107,7 @@ def grid_weights(g: ArrayLike, K: int) -> np.ndarray:
     :func:`speccheck.theory.rank_weights` and cached (in memory and in ~/.cache/speccheck, or
     $SPECCHECK_CACHE_DIR; set it to an empty string to disable the file)."""
     from speccheck.theory import rank_weights
-    from speccheck.theory._validate import check_omega
+    from speccheck.theory.validate import check_omega
 
     g = np.asarray(g, np.int64)
     with _LOCK:
@@ -245,7 +245,6 @@ def _log_binom(K: int) -> np.ndarray:
     return log_rank_binomials(K)
 
 
-ndtr = _special.ndtr  # re-exported (old home of the tail-accurate Phi)
 
 
 class Mix(NamedTuple):
@@ -622,7 +621,7 @@ class RASS(ScalarVerifier):
     def acceptance(self, delta: ArrayLike, K: int) -> np.ndarray:
         """integral min(q, p_omega) with the grid weights this kernel uses, per delta."""
         from speccheck.theory import acceptance_rass
-        from speccheck.theory._validate import check_delta
+        from speccheck.theory.validate import check_delta
 
         d = check_delta(delta)
         W = rass_weights(d, K)

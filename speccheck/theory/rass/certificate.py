@@ -73,16 +73,6 @@ class RankWeightSolution(NamedTuple):
         scale = min(self.acceptance, self.rejection)
         return 0.0 if self.gap == 0.0 else (self.gap / scale if scale > 0.0 else float("inf"))
 
-    @property
-    def lp_value(self) -> float:
-        """Old name: the solver's value (now exact, so equal to ``acceptance``)."""
-        return self.acceptance
-
-    @property
-    def quadrature_loss(self) -> float:
-        """Old name: no quadrature is involved any more, so 0."""
-        return 0.0
-
 
 class Certificate(NamedTuple):
     """bound >= max over the simplex of A(omega') - A(omega); model_omega: the maximiser of the

@@ -109,7 +109,6 @@ def log_rank_terms(s: ArrayLike, K: int) -> np.ndarray:
         return (log_phi(s) + _log_beta_coef(K) + (r - 1) * special.log_ndtr(s) + (K - r) * special.log_ndtr(-s))
 
 
-_log_rank_terms = log_rank_terms  # old private name
 
 
 def log_p_omega(s: ArrayLike, K: int, omega: ArrayLike) -> np.ndarray:
@@ -147,11 +146,9 @@ class ResidualInterval(NamedTuple):
     mass: float
 
 
-def crossings(delta: float, K: int, omega: ArrayLike, *, lo: float = -40.0, hi: float | None = None,
-              step: float | None = None) -> np.ndarray:
+def crossings(delta: float, K: int, omega: ArrayLike, *, lo: float = -40.0, hi: float | None = None) -> np.ndarray:
     """Sorted points in [lo, hi] (default hi = delta + 40) where q = p_omega: every crossing
-    (convexity-piece search of :mod:`speccheck.theory.exact`; ``step`` is ignored, kept for
-    old callers)."""
+    (convexity-piece search of :mod:`speccheck.theory.exact`)."""
     d = float(check_delta(delta))
     K = check_K(K)
     w = check_omega(omega, K)
