@@ -6,6 +6,14 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$repo"
+# issue 28.7c: research and reproduction code (research/, mpmath) stays out of the wheel
+python3 - "$work"/dist/speccheck-*.whl <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+stray = [n for n in names if not n.startswith(("speccheck/", "speccheck-"))]
+assert not stray, f"the wheel carries files outside the package: {stray}"
+print(f"wheel: {len(names)} files, all under speccheck/")
+PY
 python3 -m venv "$work/venv"
 # shellcheck disable=SC1091
 . "$work/venv/bin/activate"
@@ -19,6 +27,7 @@ where = pathlib.Path(speccheck.__file__).resolve()
 assert "site-packages" in str(where), f"speccheck imported from {where}, not from the installed wheel"
 print(f"speccheck from {where}")
 PY
+speccheck theory --delta 1 --K 2  # the theory package without mpmath or research/
 speccheck battery --verifier dgrs --suite smoke --no-progress
 cat > test_fixture.py <<'PY'
 def test_dgrs_passes_smoke(speccheck_battery):

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -49,11 +50,11 @@ from speccheck.theory import (
     exact,
     list_bound_dependent,
     list_bound_iid,
-    rass_dual,
 )
-from speccheck.theory import rass as rass_theory
-from speccheck.theory.rass_lp import paper_sized_lp
+from speccheck.theory.rass import core as rass_theory
+from speccheck.theory.rass import dual as rass_dual
 
+ROOT = Path(__file__).resolve().parents[1]
 
 def _fastest(fn, repeats: int) -> float:
     best = np.inf
@@ -97,6 +98,10 @@ def bench_solve(K: int, deltas: np.ndarray, table: bool = True, repeats: int = 5
         if table:
             return rass_theory.rank_weight_solution(float(d), K)
         return rass_theory.cold_rank_weight_solution(float(d), K)
+
+    if str(ROOT) not in sys.path:  # the paper-sized LP is research code: research/ at the checkout's root
+        sys.path.append(str(ROOT))
+    from research.rass_lp import paper_sized_lp
 
     rass_theory.table_start(1.0, K)  # load the package data once (not a solution cache)
     ours, paper = _fastest_in_rounds([lambda d=d: cold(d) for d in deltas],

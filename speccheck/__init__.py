@@ -10,7 +10,7 @@ Subpackages (data flows one way: theory <- verifiers <- sampler <- validation/fi
 - :mod:`speccheck.figures`    one function per figure
 """
 
-__version__ = "0.1.0"
+from speccheck._version import __version__ as __version__
 
 __all__ = ["BatteryOutcome", "PlainResult", "battery", "measure_acceptance", "sample"]
 

@@ -125,3 +125,12 @@ def test_executor_options_only_for_unit_artefacts(tmp_path, monkeypatch):
     monkeypatch.setattr(rp, "resolve", lambda spec: fake_kill_matrix)
     assert cli.main(["reproduce", "kill-matrix", "--out", str(tmp_path)]) == 0
     assert calls == ["InProcessExecutor"]
+
+
+def test_research_regenerators_come_from_the_source_checkout():
+    """golden, paper-claims and the MCRS tables are research code (research/, not in the wheel):
+    found from this checkout whatever the working directory; a wheel reports them missing."""
+    assert rp.source_checkout() == ROOT
+    research = sorted(n for n, a in rp.REGISTRY.items() if any(s.startswith("research.") for s in a.needs))
+    assert research == ["golden", "mcrs-gap-table", "mcrs-minmax-table", "paper-claims"]
+    assert not any(rp.missing_needs(rp.REGISTRY[n]) for n in research)

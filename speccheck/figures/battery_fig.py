@@ -86,8 +86,8 @@ def compute_kill_matrix(cfg: FigureConfig) -> tuple[Table, list[str]]:
     """Rows (verifier, kind, family, killed, n_tests, n_failed) over the scalar/wrapper mutants
     and the exact references (which must not be killed). With ``cfg.battery_json`` the reports
     are read from that file instead of being run."""
-    from speccheck.validation.battery import mutant_factories, run_battery
-    from speccheck.validation.mutants import REFERENCES
+    from speccheck.validation.battery import run_battery
+    from speccheck.validation.mutants import REFERENCES, mutant_factories
     from speccheck.validation.report import kill_matrix, test_family
 
     if cfg.battery_json and os.path.exists(cfg.battery_json):

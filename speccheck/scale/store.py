@@ -59,9 +59,9 @@ def spec_hash(spec: dict) -> str:
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """``speccheck.__version__`` plus a hash of the package's Python sources (no git needed)."""
-    import speccheck
+    from speccheck._version import __version__
 
-    root = os.path.dirname(os.path.abspath(speccheck.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the speccheck package folder
     digest = hashlib.sha256()
     for folder, dirs, files in os.walk(root):
         dirs.sort()
@@ -71,7 +71,7 @@ def code_version() -> str:
                 digest.update(os.path.relpath(path, root).encode())
                 with open(path, "rb") as fh:
                     digest.update(fh.read())
-    return f"{getattr(speccheck, '__version__', '0')}+{digest.hexdigest()[:12]}"
+    return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Closed forms and optimisation (numpy/scipy/cvxpy, no torch): SPEC sections 1-2.
 
 Acceptance of RMC, D-GRS, RASS (exact at any fixed weights: ``exact``) and MCRS, the i.i.d.-list
-and dependent-drafts bounds, the certified optimal RASS rank weights (``rass``; the quadrature
-LP is a cross-check in ``rass_lp``), residual intervals, speed-up predictions for draft trees.
-Inputs are validated by ``validate`` (delta finite >= 0, K in 1..128, omega on the simplex).
-Generated artefacts: ``reference`` (golden tables), ``claims``, ``mcrs_tables``.
+and dependent-drafts bounds, the certified optimal RASS rank weights (the ``rass`` package; the
+quadrature LP is a cross-check in ``rass.lp``), the MCRS policies (the ``mcrs`` package), residual
+intervals, speed-up predictions for draft trees. Inputs are validated by ``validate`` (delta
+finite >= 0, K in 1..128, omega on the simplex). The code that generates the checked-in tables
+(mpmath golden values, the papers' claims, the MCRS gap tables) is ``research/`` in the source
+checkout, not part of this package.
 """
 
 import importlib
@@ -14,7 +16,6 @@ _EXPORTS = {
                    "dgrs_acceptance_from_levels", "dgrs_levels"),
     "bounds": ("list_bound_dependent", "list_bound_iid"),
     "mcrs": ("MCRSPolicy", "acceptance_mcrs", "acceptance_of_policy", "gap_closed_mcrs", "mcrs_policy"),
-    "mcrs_tables": ("mcrs_gap_table",),
     "rass": ("RankWeightSolution", "ResidualInterval", "acceptance_rass", "cdf_p_omega", "crossings", "log_p_omega",
              "rank_weight_solution", "rank_weights", "rank_weights_cvxpy", "rejection_rass", "residual_intervals",
              "sf_p_omega"),

@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike
 from speccheck.errors import InputError
 from speccheck.theory.acceptance import acceptance_dgrs, acceptance_rmc
 from speccheck.theory.bounds import list_bound_dependent, list_bound_iid
-from speccheck.theory.rass import rank_weight_solution
+from speccheck.theory.rass.core import rank_weight_solution
 from speccheck.theory.validate import check_delta, check_K
 
 RASS_FULL_K = 32  # the full solve up to this K (Newton to K = 16, LP duality above: <= 0.6 s per cell)
@@ -41,7 +41,7 @@ MCRS_SKIPPED = "MCRS skipped (its LP takes seconds to minutes per cell): add --m
 def _mcrs_cell(d: float, K: int, mcrs, mcrs_G: int | None) -> tuple[float, str]:
     if not mcrs_G or mcrs is False:
         return float("nan"), ""
-    from speccheck.theory.mcrs import KERNEL_G, KERNEL_MAX_K, acceptance_mcrs, shipped_policies
+    from speccheck.theory.mcrs.core import KERNEL_G, KERNEL_MAX_K, acceptance_mcrs, shipped_policies
 
     # the kernel's shipped policies (K <= 16, G = 64) load in milliseconds: no LP
     shipped = mcrs_G == KERNEL_G and K <= KERNEL_MAX_K and shipped_policies(K) is not None

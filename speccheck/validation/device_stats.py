@@ -28,7 +28,7 @@ Host side: :func:`fetch` ``(*tensors) -> list[float]`` stacks any number of 0-d/
 tensors and copies them back in one transfer. The ``*_test`` functions (:func:`ks_dkw_test`,
 :func:`tail_test`, :func:`mmd_linear_test`, :func:`mmd_test_from_h`) are drop-in device
 versions of the :mod:`~speccheck.validation.stats` ones (same arguments, same
-:class:`~speccheck.validation.stats.TestResult`); each costs one sync.
+:class:`~speccheck.validation.results.TestResult`); each costs one sync.
 """
 
 from __future__ import annotations

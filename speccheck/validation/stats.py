@@ -9,7 +9,7 @@ that n and level.
 Null laws used here are exact (binomial counts, DKW-Massart) or valid bounds (Chernoff for
 sums of unequal Bernoullis, :func:`bernoulli_sum_test`), except the studentised linear-time
 MMD, whose normal reference is asymptotic (n >= 1e3 pairs in every suite). numpy/scipy only.
-:class:`TestResult` lives in :mod:`speccheck.validation.results` (re-exported here).
+:class:`TestResult` lives in :mod:`speccheck.validation.results`.
 """
 
 from __future__ import annotations

@@ -34,9 +34,6 @@ from speccheck.validation.results import TestResult
 MIN_STRATUM = 20  # strata with fewer innovations are merged into "rare"
 
 
-#: the trajectory checks return the battery's result type (the old name is kept)
-CheckResult = TestResult
-
 
 def _results(raw: list, level: float, cell: str) -> list[TestResult]:
     """TestResults from (name, test, stratum, statistic, p, detail) tuples at ``level``."""
@@ -93,7 +90,7 @@ def innovations(states: torch.Tensor, target: Any, schedule: Schedule,
 
 
 def innovation_checks(result: SamplerResult, target: Any, schedule: Schedule, *, alpha: float,
-                      cond: Optional[torch.Tensor] = None, label: str = "") -> list[CheckResult]:
+                      cond: Optional[torch.Tensor] = None, label: str = "") -> list[TestResult]:
     """Innovation test stratified by commit depth: per stratum (1) KS of all coordinates vs
     N(0, 1), (2) chi-square of sum ||xi||^2 with d * count dof, (3) z and KS of the projections
     on the past-measurable unit vectors Y_n/|Y_n| and v(Y_n)/|v(Y_n)|. Bonferroni over all."""
@@ -133,7 +130,7 @@ def innovation_checks(result: SamplerResult, target: Any, schedule: Schedule, *,
 
 def gaussian_chain_checks(result: SamplerResult, target: GaussianData, schedule: Schedule, *,
                           alpha: float, init_mean: float = 0.0, init_var: float = 1.0,
-                          label: str = "") -> list[CheckResult]:
+                          label: str = "") -> list[TestResult]:
     """Y_n against the exact chain law at every step n >= 1: KS of the standardised coordinates
     and chi-square of sum ||Y_n - mean_n||^2 / var_n; lag-one: z-test of the standardised
     innovation of the exact affine chain, (Y_{n+1} - gain_n Y_n - offset_n) / sigma_n, against
@@ -176,7 +173,7 @@ def small_mixture(d: int = 6, seed: int = 7) -> GaussianMixture:
 
 def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, alpha: float = 1e-3,
                           sampler_factory: Optional[Callable] = None, lazy: bool = True,
-                          K: int = 2, L: int = 3, d: int = 6, device: str | torch.device = "cpu") -> list[CheckResult]:
+                          K: int = 2, L: int = 3, d: int = 6, device: str | torch.device = "cpu") -> list[TestResult]:
     """The trajectory layer of the exactness battery for one verifier.
 
     Runs the speculative sampler (``sampler_factory(target, schedule, tree, verifier, **protocol)``,
@@ -186,7 +183,7 @@ def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, al
     'nearest' prefetch, on (i) Gaussian data N(m, 0.5^2 I_d) -> innovation test + exact chain
     law, (ii) a 3-component mixture in d dims -> innovation test. Each of the three families
     gets alpha / 3, so the probability that an exact sampler fails any check is <= alpha.
-    Returns all CheckResult records (``all(r.passed for r in ...)`` is the verdict).
+    Returns all TestResult records (``all(r.passed for r in ...)`` is the verdict).
     ``device``: where the sampler runs (it follows x0 and the generator); the recorded states
     come back to the host for the tests.
     """
@@ -199,7 +196,7 @@ def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, al
     tree = uniform_tree(K, L) if (supports is None or supports(K)) else chain(L)
     factory = sampler_factory or SpeculativeSampler
     sched = default_schedule()
-    out: list[CheckResult] = []
+    out: list[TestResult] = []
     dev = torch.device(device)
     g = torch.Generator(device=dev).manual_seed(seed)
     gauss = GaussianData(np.linspace(-1.0, 1.0, d), 0.5)
@@ -217,5 +214,5 @@ def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, al
     return out
 
 
-def failed(results: list[CheckResult]) -> list[CheckResult]:
+def failed(results: list[TestResult]) -> list[TestResult]:
     return [r for r in results if not r.passed]

@@ -182,7 +182,6 @@ def elem_budget(device: torch.device) -> int:
 
 
 # ----------------------------------------------------------------------------- rejection
-_ndtr = ndtr  # old private name (kept for callers)
 
 
 class NormalPieces(NamedTuple):

@@ -1,7 +1,7 @@
 """MCRS-2: min-max conditioned rank selection (issue 29.3), the verification kernel.
 
 Sort the K scalars; l = the smallest, m = the largest (u = Phi(s)). Draw a rank r ~ pi(i(l), j(m))
-from a policy on (min-cell, max-cell) pairs (:mod:`speccheck.theory.mcrs_minmax`: G1 = 8 min-cells
+from a policy on (min-cell, max-cell) pairs (:mod:`speccheck.theory.mcrs.minmax`: G1 = 8 min-cells
 x G2 = 64 max-cells, the max-cells being MCRS's), select S_(r) and accept it w.p. min(1, q / p_pi)
 with p_pi(s) = phi(s) g_pi(Phi(s)); g_pi is a polynomial of degree K - 1 on each piece between
 cell edges, evaluated from the same piece table the theory integrates (Horner in the piece's
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from speccheck.theory import mcrs_minmax as _mm
+from speccheck.theory.mcrs import minmax as _mm
 from speccheck.verifiers import _residual
 from speccheck.verifiers import mcrs as _mcrs
 from speccheck.verifiers import mcrs2_data as _data

@@ -45,7 +45,7 @@ from speccheck.verifiers.grid import DELTA_GRID, grid_bracket
 from speccheck.verifiers.special import log_rank_binomials
 
 Tensor = torch.Tensor
-__all__ = ["DELTA_GRID", "grid_bracket", "ndtr", "RASS", "RASSInverseCDF", "rass_weights", "grid_weights",
+__all__ = ["DELTA_GRID", "grid_bracket", "RASS", "RASSInverseCDF", "rass_weights", "grid_weights",
            "build_weight_data", "residual_support", "support_rows", "log_mix"]
 
 _LOCK = threading.Lock()
@@ -57,11 +57,11 @@ CACHE_GAP_RTOL = 0.1
 
 
 def _solver_sources() -> list[Path]:
-    """Every source file of :mod:`speccheck.theory` (the solvers behind the weights: rass.py at
-    K <= 16, rass_dual.py and exact.py above, and what they import)."""
+    """Every source file of :mod:`speccheck.theory`, subpackages included (the solvers behind the
+    weights: rass/core.py at K <= 16, rass/dual.py and exact.py above, and what they import)."""
     from speccheck import theory
 
-    return sorted(Path(theory.__file__).resolve().parent.glob("*.py"))
+    return sorted(Path(theory.__file__).resolve().parent.rglob("*.py"))
 
 
 def _cache_file(K: int) -> Path | None:
@@ -138,7 +138,7 @@ def grid_weights(g: ArrayLike, K: int) -> np.ndarray:
     :func:`speccheck.theory.rank_weights` and cached (in memory and in ~/.cache/speccheck, or
     $SPECCHECK_CACHE_DIR; set it to an empty string to disable the file)."""
     from speccheck.theory import rank_weights
-    from speccheck.theory._validate import check_omega
+    from speccheck.theory.validate import check_omega
 
     g = np.asarray(g, np.int64)
     with _LOCK:
@@ -159,7 +159,7 @@ def build_weight_data(Ks: Sequence[int], path: Path = PACKAGE_WEIGHTS) -> Path:
     and write them, with the grid, to ``path`` (the shipped tables; ``speccheck reproduce
     rass-weights``). Tables of other K already in ``path`` (same grid) are kept, and the file is
     rewritten after each K, so a long build keeps its progress."""
-    from speccheck.theory.rass import cold_rank_weight_solution
+    from speccheck.theory.rass.core import cold_rank_weight_solution
     from speccheck.theory.validate import check_omega
 
     tables = {"grid": DELTA_GRID}
@@ -277,7 +277,6 @@ def _log_binom(K: int) -> np.ndarray:
     return log_rank_binomials(K)
 
 
-ndtr = _special.ndtr  # re-exported (old home of the tail-accurate Phi)
 
 
 class Mix(NamedTuple):
@@ -654,7 +653,7 @@ class RASS(ScalarVerifier):
     def acceptance(self, delta: ArrayLike, K: int) -> np.ndarray:
         """integral min(q, p_omega) with the grid weights this kernel uses, per delta."""
         from speccheck.theory import acceptance_rass
-        from speccheck.theory._validate import check_delta
+        from speccheck.theory.validate import check_delta
 
         d = check_delta(delta)
         W = rass_weights(d, K)

@@ -256,7 +256,7 @@ def test_kill_matrix_from_battery_json(tmp_path):
     from speccheck.figures.battery_fig import compute_kill_matrix
     from speccheck.validation.battery import BatteryReport
     from speccheck.validation.report import report_dict
-    from speccheck.validation.stats import TestResult
+    from speccheck.validation.results import TestResult
 
     def rep(name, failed_ks):
         r = BatteryReport(name, "gate", 1, 1e-3, 1e-5, "cpu")

@@ -10,7 +10,7 @@ from speccheck.scale.jobs import battery_runs, mutant_matrix
 
 
 def test_mutant_matrix_units_match_the_library_run(tmp_path, tiny_suite):
-    from speccheck.validation.battery import run_mutants
+    from speccheck.validation.mutants import run_mutants
 
     names = ["rmc-fresh", "rmc-float32", "claims-accept"]
     store = tmp_path / "m.sqlite"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from speccheck.theory import acceptance_dgrs, acceptance_rmc, list_bound_iid, rank_weight_solution
-from speccheck.theory.rass_certificate import evaluation_floor
-from speccheck.theory.rass_dual import certified_rank_weights
+from speccheck.theory.rass.certificate import evaluation_floor
+from speccheck.theory.rass.dual import certified_rank_weights
 
 GOLDEN = Path(__file__).resolve().parents[2] / "theory" / "golden_acceptance.csv"
 # K = 64 golden rows certified to 1e-10 relative in A and 1 - A (of 18: delta >= 1; below, 1 - A
@@ -52,7 +52,7 @@ def test_fast_code_matches_golden(column, func):
 def test_golden_reference_code_reproduces_a_row():
     import mpmath as mp
 
-    from speccheck.theory.reference import mp_acceptance_dgrs
+    from research.reference import mp_acceptance_dgrs
 
     with mp.workdps(40):
         assert float(mp_acceptance_dgrs(mp.mpf(1), 4)) == pytest.approx(0.797811196292381568, rel=1e-15)

@@ -150,8 +150,8 @@ def test_richer_policy_design_matrices_are_selection_laws(K):
     # give the r-th order statistic's Beta(r, K - r + 1) density, and a random policy a density
     # whose bin masses match a Monte Carlo of the rule (|z| < 5.3 on each of <= 200 bins in all:
     # false-failure rate < 3e-5).
-    from speccheck.theory.mcrs import _breakpoints, _quadrature
-    from speccheck.theory.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
+    from research.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
+    from speccheck.theory.mcrs.core import _breakpoints, _quadrature
 
     G = 5
     lo, lobar, hi, hibar = minmax_edges(K, G)
@@ -195,8 +195,8 @@ def test_minmax_policy_closes_the_small_delta_gap():
     beat the bound), closes >= 90% of RASS's gap (measured 93.7%; deterministic LP) and exceeds
     the bound for EVERY max-only policy (90.91% of the gap at 100 dual steps), which 1280 max-only
     cells need to reach 90%."""
+    from research.mcrs_research import max_conditioned_bound, minmax_lp_acceptance
     from speccheck.theory import acceptance_rass, list_bound_iid
-    from speccheck.theory.mcrs_research import max_conditioned_bound, minmax_lp_acceptance
 
     r = minmax_lp_acceptance(0.1, 4, G=8)
     rass, bound = float(acceptance_rass(0.1, 4)), float(list_bound_iid(0.1, 4))
@@ -247,7 +247,7 @@ def test_small_delta_lp_is_solved_by_interior_point_and_checked():
     at most nodes); dual simplex and the interior point's crossover to a vertex stalled on it
     (K = 16, delta = 0.05, G = 64: 308 s, past the time limit). The first attempt is HiGHS's
     interior point without crossover; its policy passes the exact check and beats RASS."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     assert m.LP_ATTEMPTS[0][1] == "ipm"
     delta, K, G = 0.005, 8, 32
@@ -261,7 +261,7 @@ def test_small_delta_lp_is_solved_by_interior_point_and_checked():
 def test_a_failed_interior_point_falls_back_to_simplex(monkeypatch):
     """When an attempt returns no solution the next one runs: here every interior-point run
     fails, the dual-simplex attempt solves, and its policy passes the check."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     real = m._highs_solve
     methods = []
@@ -282,7 +282,7 @@ def test_a_solve_stopped_by_the_time_limit_still_returns_a_checked_policy(monkey
     """Bounded time: with a time limit far too short for HiGHS every attempt stops early; the
     returned policy is an LP iterate that passes the exact check or the best reference policy
     (RASS's weights or the coarser grid's), never an unchecked one."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     monkeypatch.setattr(m, "LP_TIME_LIMIT", 1e-4)
     delta, K, G = 0.3123, 4, 16
@@ -297,7 +297,7 @@ def test_gap_table_findings_and_csv_are_generated_from_the_rows(tmp_path):
     CSV stores `closed` in percent, as the min-max table reads it back."""
     import csv
 
-    from speccheck.theory.mcrs_tables import gap_findings, write_gap_table
+    from research.mcrs_tables import gap_findings, write_gap_table
 
     def row(K, delta, gap, closed):
         return dict(K=K, delta=delta, G=8, rass=0.9, mcrs=0.95, mcrs_lp=0.95, bound=0.9 + gap, rass_gap=gap,
@@ -335,7 +335,7 @@ def test_cell_placements_nest_and_are_accurate_at_the_top(kind):
 
 def test_default_placement_is_the_kernels():
     """The kernel's shipped policies are stored for GRID_KIND's edges: the default must not move."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     assert m.GRID_KIND == "chebyshev"
     a, _ = m.mcrs_edges(4, 64)
@@ -350,7 +350,7 @@ def test_sine_cells_close_more_of_the_gap_at_small_delta():
     """Issue 13.3 (K = 4, delta = 0.05): the optimal policy switches ranks at m ~ 0.05-0.3, where
     the max-law cells are wide. On the same 16 cells the "sine" placement closes 85.5% of RASS's
     gap against 78.7% for "chebyshev" (measured; deterministic LPs), and its policy is checked."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     cheb = m.gap_closed_mcrs(0.05, 4, 16)
     sine = m.gap_closed_mcrs(0.05, 4, 16, kind="sine")
@@ -366,9 +366,9 @@ def test_max_conditioned_bound_is_an_upper_bound_and_tight_where_known():
     policies on 16 and 32 cells and RASS's constant policy), and tight where the optimum is known:
     K = 1 selects the one draft, so the class is RMC (bound - A_RMC: 4.9e-5 at 50 steps, the
     step function's miss of the crossing f = 1)."""
+    from research.mcrs_research import max_conditioned_bound
     from speccheck.theory import acceptance_rass, acceptance_rmc
     from speccheck.theory.mcrs import acceptance_mcrs
-    from speccheck.theory.mcrs_research import max_conditioned_bound
 
     one = max_conditioned_bound(0.5, 1, n_steps=50)
     assert float(acceptance_rmc(0.5)) <= one["bound"] <= float(acceptance_rmc(0.5)) + 1e-4
@@ -386,9 +386,9 @@ def test_class_bound_brackets_the_missed_cell():
     """K = 4, delta = 0.1 (the cell the gap table's target hinges on): no max-conditioned policy
     closes more than 91% of RASS's gap (bound at 100 dual steps: 90.91%; 400 steps: 90.77%), and
     the bound lies above the policy on 32 "sine" cells."""
+    from research.mcrs_research import max_conditioned_bound
     from speccheck.theory import acceptance_rass, list_bound_iid
     from speccheck.theory.mcrs import acceptance_mcrs
-    from speccheck.theory.mcrs_research import max_conditioned_bound
 
     rass, bound = float(acceptance_rass(0.1, 4)), float(list_bound_iid(0.1, 4))
     ub = max_conditioned_bound(0.1, 4, n_steps=100)["bound"]
@@ -399,7 +399,7 @@ def test_class_bound_brackets_the_missed_cell():
 def test_class_bracket_verdicts():
     """The bracket's verdict follows its two ends: bound below the target -> unreachable; the
     refined policy at the target -> reachable; otherwise undecided, with both ends printed."""
-    from speccheck.theory.mcrs_tables import format_class_bracket
+    from research.mcrs_tables import format_class_bracket
 
     def bracket(fine, ub):
         return dict(K=4, delta=0.1, G=320, closed=0.897, G_fine=640, closed_fine=fine, solve_fine_s=80.0,
@@ -416,7 +416,7 @@ def test_class_bracket_verdicts():
 def test_minmax_findings_name_the_cases_beyond_the_max_only_class():
     """The min-max table's findings are generated from its rows: a case is listed when its
     min-max share exceeds the bound for every max-only policy; failed LPs are never listed."""
-    from speccheck.theory.mcrs_tables import format_minmax_table, minmax_findings
+    from research.mcrs_tables import format_minmax_table, minmax_findings
 
     def row(K, minmax, max_class, error=""):
         return dict(K=K, delta=0.05, G=16, rass_gap=1e-3, max_G=0.8, max_160=0.9, max_class=max_class,
@@ -434,7 +434,7 @@ def test_moment_form_is_the_same_lp_as_the_dense_form(monkeypatch, delta, K):
     """The sparse moment form (used above MOMENT_FORM_ABOVE_G cells) writes the same LP as the
     dense design: on the same 24 cells both reach the same objective and their policies the
     same exact acceptance (to HiGHS's interior-point tolerances)."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     dense = m._solve_lp(delta, K, 24, 96, kind="sine")
     monkeypatch.setattr(m, "MOMENT_FORM_ABOVE_G", 0)
@@ -449,9 +449,9 @@ def test_issue13_target_cell_k4_delta01_reaches_90_percent():
     cells, G = 1280, moment-form LP: ~20 s) closes >= 90% of RASS's gap (measured 90.07%) with a
     checked policy that stays below the i.i.d.-list bound and below the bound for every
     max-conditioned policy."""
-    from speccheck.theory import mcrs as m
-    from speccheck.theory.mcrs_research import max_conditioned_bound
-    from speccheck.theory.mcrs_tables import GAP_TABLE_KIND, gap_table_G
+    from research.mcrs_research import max_conditioned_bound
+    from research.mcrs_tables import GAP_TABLE_KIND, gap_table_G
+    from speccheck.theory.mcrs import core as m
 
     row = m.gap_closed_mcrs(0.1, 4, gap_table_G(4), GAP_TABLE_KIND)
     assert row["G"] == 1280 and row["layout"] == "sine"
@@ -467,7 +467,7 @@ def test_moment_form_with_unscaled_moments_regression(delta, K):
     check fell back to RASS. As scaled moments (M / moment of pi = 1, in [0, 1]) the LP solves and
     its policy beats RASS by far (measured: K = 8, delta = 2: 0.6673 vs 0.6607; K = 6, delta = 0.6:
     0.99907 vs 0.98223)."""
-    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import core as m
 
     pol = m._solve_lp(delta, K, 160, 96, kind="sine")
     assert m.acceptance_of_policy(delta, pol) > float(acceptance_rass(delta, K)) + 0.005

@@ -1,4 +1,4 @@
-"""MCRS-2 theory (speccheck.theory.mcrs_minmax): the selected density of a min-max policy, its
+"""MCRS-2 theory (speccheck.theory.mcrs.minmax): the selected density of a min-max policy, its
 piece table, the exact acceptance and the checked LP; and MCRS's one policy source (issue 28.3).
 Statistical assertions: fixed seeds, false-failure rate stated per test."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from speccheck.theory import mcrs as tm
-from speccheck.theory import mcrs_minmax as mm
+from speccheck.theory.mcrs import core as tm
+from speccheck.theory.mcrs import minmax as mm
 
 ALPHA = 1e-6
 

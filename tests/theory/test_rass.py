@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from research import reference as ref
+from research.rass_lp import rank_weights_lp
 from speccheck.errors import InputError
 from speccheck.theory import (
     acceptance_dgrs,
@@ -24,8 +26,6 @@ from speccheck.theory import (
     residual_intervals,
     sf_p_omega,
 )
-from speccheck.theory import reference as ref
-from speccheck.theory.rass_lp import rank_weights_lp
 
 
 def test_p_omega_is_the_order_statistic_law():
@@ -239,10 +239,10 @@ def test_shipped_tables_cover_every_K_up_to_64_and_are_what_the_solver_certifies
     hold a probability vector per grid point for every K in 1..64; on sampled cells the table's
     weights reach D-GRS's acceptance (the papers' claim) and, for K <= 16, the current solver's answer
     up to its certified gap (they are its output). Above K = 16 they are the certified optimum of
-    :mod:`speccheck.theory.rass_dual` as it stood before its vertex moves and its dual-form LP
+    :mod:`speccheck.theory.rass.dual` as it stood before its vertex moves and its dual-form LP
     (stop 21; a gap <= 5e-11 on every cell surveyed): within SHIPPED_LARGE_K_SHORTFALL of today's
     certified optimum (``speccheck reproduce rass-weights`` rebuilds them)."""
-    from speccheck.theory import rass as rass_theory
+    from speccheck.theory.rass import core as rass_theory
 
     with np.load(rass_theory.SHIPPED_WEIGHTS) as data:
         grid = np.array(data["grid"])
@@ -262,7 +262,7 @@ def test_shipped_tables_cover_every_K_up_to_64_and_are_what_the_solver_certifies
 
 
 def test_table_start_is_a_pure_function_of_delta_and_K():
-    from speccheck.theory import rass as rass_theory
+    from speccheck.theory.rass import core as rass_theory
 
     first = [rass_theory.table_start(d, 8) for d in (0.013, 0.7, 3.33, 45.0)]
     rass_theory.table_start(1.9, 8)
@@ -279,7 +279,7 @@ def test_iteration_budget_is_an_anytime_answer(delta, K, budget):
     # max_iter caps Newton iterations (K <= 16) or rass_dual's partition rounds (above): the
     # weights achieve the acceptance reported and the upper bound still bounds the full optimum
     # (a (delta, K) already solved in full in this process answers with that solution)
-    from speccheck.theory.rass_dual import certified_rank_weights
+    from speccheck.theory.rass.dual import certified_rank_weights
 
     capped = rank_weight_solution(delta, K, max_iter=budget)
     if K > 16:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from speccheck.theory import acceptance_rass, exact, rank_weight_solution
-from speccheck.theory import rass as rass_theory
-from speccheck.theory.rass_certificate import maximin_set_bound
+from speccheck.theory.rass import core as rass_theory
+from speccheck.theory.rass.certificate import maximin_set_bound
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,4 +1,4 @@
-"""Certified optimal RASS weights by LP duality on refined partitions (speccheck.theory.rass_dual).
+"""Certified optimal RASS weights by LP duality on refined partitions (speccheck.theory.rass.dual).
 
 The certificate is checked three ways: weak duality itself (every y in [0, 1] bounds every omega),
 agreement with the Newton solver's certified optimum where that one certifies (K <= 16), and the
@@ -13,9 +13,9 @@ from scipy import special
 
 from speccheck.errors import InputError
 from speccheck.theory import acceptance_dgrs, list_bound_iid, rank_weight_solution
-from speccheck.theory import rass_dual as rd
 from speccheck.theory.acceptance import dgrs_levels
 from speccheck.theory.exact import exact_acceptance, law_from_eps, law_from_omega
+from speccheck.theory.rass import dual as rd
 
 # what is certified: <= GAP_TOL absolute on every cell of theory/rass_dual_survey.md and of two
 # random scans (rass_dual's module doc); hypothesis's cells are held to the same

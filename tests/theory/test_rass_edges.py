@@ -15,8 +15,8 @@ from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.acceptance import dgrs_levels
 from speccheck.theory.rass import acceptance_rass, rank_weight_solution, rejection_rass
-from speccheck.theory.rass_certificate import markov_edges, markov_lower_bound
-from speccheck.theory.rass_dual import certified_rank_weights, upper_gap
+from speccheck.theory.rass.certificate import markov_edges, markov_lower_bound
+from speccheck.theory.rass.dual import certified_rank_weights, upper_gap
 
 TINY_DELTAS = (1e-300, 1e-200, 1e-100, 1e-30, 1e-14)
 

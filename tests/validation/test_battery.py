@@ -128,7 +128,7 @@ def _traj_suite(n_traj=60):
 
 
 def test_trajectory_layer_runs_and_kills_a_sampler_mutant():
-    from speccheck.validation.battery import mutant_factories, run_mutants
+    from speccheck.validation.mutants import mutant_factories, run_mutants
 
     rep = run_battery("dgrs", _traj_suite())
     l4 = [r for r in rep.results if r.layer == "L4" and r.kind == "stat"]
@@ -146,7 +146,7 @@ def test_trajectory_layer_runs_and_kills_a_sampler_mutant():
 
 
 def test_run_mutants_rejects_unknown_names(tiny):
-    from speccheck.validation.battery import run_mutants
+    from speccheck.validation.mutants import run_mutants
 
     with pytest.raises(ValueError, match="unknown mutant"):
         run_mutants(tiny(), names=["no-such-mutant"])

@@ -65,8 +65,8 @@ def test_shipped_policies_load_without_cache_or_lp(monkeypatch):
     """Fresh install: every K of SHIPPED_KS has all its min-max policies in the package data (key and
     checksum match), so neither the kernel nor acceptance() solves an LP or warns, for any K in
     2..8 (solvers patched to fail, warnings are errors)."""
-    from speccheck.theory import mcrs as tm
-    from speccheck.theory import mcrs_minmax as mm
+    from speccheck.theory.mcrs import core as tm
+    from speccheck.theory.mcrs import minmax as mm
     from speccheck.verifiers import mcrs2
 
     def boom(*a, **k):

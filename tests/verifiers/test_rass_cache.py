@@ -7,17 +7,18 @@ from speccheck.verifiers import rass
 
 
 def test_weight_cache_file_changes_with_every_solver_source(monkeypatch, tmp_path):
-    # K > 16 is solved by rass_dual on exact's masses: a key over rass.py alone (as before) let a
-    # changed rass_dual reuse the old solver's weights
+    # K > 16 is solved by rass/dual.py on exact's masses: a key over rass/core.py alone (as before)
+    # let a changed dual solver reuse the old solver's weights
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
     sources = rass._solver_sources()
-    assert {"rass.py", "rass_dual.py", "rass_certificate.py", "exact.py", "normal.py"} <= {p.name for p in sources}
+    named = {f"{p.parent.name}/{p.name}": p for p in sources}
+    assert {"rass/core.py", "rass/dual.py", "rass/certificate.py", "theory/exact.py", "theory/normal.py"} <= set(named)
     before = rass._cache_file(64)
     assert before.parent == tmp_path and rass._cache_file(64) == before
-    for name in ("rass_dual.py", "exact.py"):
-        changed = tmp_path / name
+    for name in ("rass/dual.py", "theory/exact.py"):
+        changed = tmp_path / name.replace("/", "_")
         changed.write_bytes(b"# another solver\n")
-        swapped = [changed if p.name == name else p for p in sources]
+        swapped = [changed if p == named[name] else p for p in sources]
         monkeypatch.setattr(rass, "_solver_sources", lambda swapped=swapped: swapped)
         assert rass._cache_file(64) != before, name
 

@@ -42,7 +42,7 @@ import numpy as np
 from scipy import optimize, sparse, special
 
 from speccheck.errors import InputError
-from speccheck.theory.mcrs import _breakpoints, _log_f, _quadrature, mcrs_edges
+from speccheck.theory.mcrs.core import _breakpoints, _log_f, _quadrature, mcrs_edges
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.roots import brentq_many
 from speccheck.theory.validate import check_delta, check_K

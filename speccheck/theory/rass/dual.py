@@ -130,7 +130,7 @@ from speccheck.theory import exact
 from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
 from speccheck.theory.exact import law_from_eps
 from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
-from speccheck.theory.rass_certificate import (
+from speccheck.theory.rass.certificate import (
     RankWeightSolution,
     certificate,
     closed_form_solution,

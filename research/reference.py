@@ -16,7 +16,7 @@ from pathlib import Path
 import mpmath as mp
 from numpy.typing import ArrayLike
 
-from speccheck.theory.rass_certificate import RankWeightSolution
+from speccheck.theory.rass.certificate import RankWeightSolution
 
 DPS = 120
 GOLDEN_DELTAS = ["0", "1e-9", "1e-6", "1e-3", "0.01", "0.1", "0.5", "1", "1.5", "2", "3", "4",
@@ -304,17 +304,17 @@ def mp_rass_optimum(delta: mp.mpf | str | float, K: int, omega0: ArrayLike, root
     return res
 
 
-LARGE_K = 16  # above: seeded and certified by the LP-duality solver (speccheck.theory.rass_dual)
+LARGE_K = 16  # above: seeded and certified by the LP-duality solver (speccheck.theory.rass.dual)
 
 
 def _seed_solution(delta: float, K: int):
     """The fast solver's certified solution that seeds the high-precision one: the Newton solver
     (``rass``) for K <= LARGE_K, the LP-duality solver (``rass_dual``) above."""
     if K <= LARGE_K:
-        from speccheck.theory.rass import rank_weight_solution
+        from speccheck.theory.rass.core import rank_weight_solution
 
         return rank_weight_solution(delta, K)
-    from speccheck.theory.rass_dual import certified_rank_weights
+    from speccheck.theory.rass.dual import certified_rank_weights
 
     return certified_rank_weights(delta, K)
 
@@ -399,7 +399,7 @@ def write_golden(out_dir: str | Path, rass_K: Iterable[int] | None = None) -> Pa
             "# same exact method as the fast code (crossings refined by Newton, closed-form binomial-tail\n"
             "# and normal masses, Newton on the optimality conditions from the fast solver's face).\n"
             "# rass_gap: a certified bound on optimum - rass: the fast code's piecewise certificate at 60\n"
-            "# digits; for K = 64 (the LP-duality solver speccheck.theory.rass_dual's weights, evaluated at\n"
+            "# digits; for K = 64 (the LP-duality solver speccheck.theory.rass.dual's weights, evaluated at\n"
             "# 60 digits by the same exact method, no 60-digit Newton) the smaller of that and the solver's\n"
             "# float64 LP-duality bound (A* <= A + gap, 1 - A* >= 1 - A - gap, rigorous up to its stated\n"
             "# rounding allowance) read at the 60-digit rass. rass is the optimum to rass_gap.\n"

@@ -15,7 +15,7 @@ and the small-delta solution whose crossings sit at the canonical points
 u_j = (1 - cos(j pi / (K + 2))) / 2 (least squares in the Bernstein weights, pulled into the
 simplex) (:func:`_starts`). Every start is a pure function of (delta, K). This solver runs for
 K <= 16; above, the optimum sits on degenerate faces (the Hessian's rank is at most the number
-of crossings) and :mod:`speccheck.theory.rass_dual` (LP duality on refined partitions) solves it.
+of crossings) and :mod:`speccheck.theory.rass.dual` (LP duality on refined partitions) solves it.
 
 Certificates (each bounds A* - A(omega) from above; the smallest is reported as ``gap``, and
 ``upper_bound = acceptance + gap``): the Frank-Wolfe gap max_r g_r - g . omega (for every omega'
@@ -68,7 +68,7 @@ from speccheck.errors import InputError
 from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
 from speccheck.theory.normal import log_phi
-from speccheck.theory.rass_certificate import (
+from speccheck.theory.rass.certificate import (
     Certificate,
     RankWeightSolution,
     certificate,
@@ -109,7 +109,6 @@ def log_rank_terms(s: ArrayLike, K: int) -> np.ndarray:
         return (log_phi(s) + _log_beta_coef(K) + (r - 1) * special.log_ndtr(s) + (K - r) * special.log_ndtr(-s))
 
 
-_log_rank_terms = log_rank_terms  # old private name
 
 
 def log_p_omega(s: ArrayLike, K: int, omega: ArrayLike) -> np.ndarray:
@@ -147,11 +146,9 @@ class ResidualInterval(NamedTuple):
     mass: float
 
 
-def crossings(delta: float, K: int, omega: ArrayLike, *, lo: float = -40.0, hi: float | None = None,
-              step: float | None = None) -> np.ndarray:
+def crossings(delta: float, K: int, omega: ArrayLike, *, lo: float = -40.0, hi: float | None = None) -> np.ndarray:
     """Sorted points in [lo, hi] (default hi = delta + 40) where q = p_omega: every crossing
-    (convexity-piece search of :mod:`speccheck.theory.exact`; ``step`` is ignored, kept for
-    old callers)."""
+    (convexity-piece search of :mod:`speccheck.theory.exact`)."""
     d = float(check_delta(delta))
     K = check_K(K)
     w = check_omega(omega, K)
@@ -370,7 +367,7 @@ def _line_search(d: float, eps: np.ndarray, zero: np.ndarray, step: np.ndarray, 
     return best
 
 
-SHIPPED_WEIGHTS = Path(__file__).resolve().parent.parent / "data" / "rass_weights.npz"
+SHIPPED_WEIGHTS = Path(__file__).resolve().parents[2] / "data" / "rass_weights.npz"
 """The shipped optimal-weight tables (``grid`` and ``K{K}`` arrays, written by
 ``speccheck.verifiers.rass.build_weight_data``); read here only for starting points."""
 
@@ -686,8 +683,8 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
 
 def _large_k_solution(d: float, K: int, max_rounds: int | None = None) -> RankWeightSolution:
     """K > LARGE_K: LP duality on graded partitions with exact cell masses
-    (:func:`speccheck.theory.rass_dual.certified_rank_weights`; ``max_rounds``: its anytime form)."""
-    from speccheck.theory.rass_dual import certified_rank_weights
+    (:func:`speccheck.theory.rass.dual.certified_rank_weights`; ``max_rounds``: its anytime form)."""
+    from speccheck.theory.rass.dual import certified_rank_weights
 
     sol = certified_rank_weights(d, K, max_rounds=max_rounds)
     gap = min(sol.gap, sol.rejection)  # A* <= 1: never looser than the trivial bound (rounding of the allowance)
@@ -702,7 +699,7 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
     if closed is not None:
         return closed
     if K > LARGE_K:  # rass_dual applies the Markov steps itself
-        from speccheck.theory.rass_dual import MAX_ROUNDS
+        from speccheck.theory.rass.dual import MAX_ROUNDS
 
         return _large_k_solution(d, K, None if max_iter is None else min(max(max_iter, 1), MAX_ROUNDS))
     with one_blas_thread():
@@ -728,7 +725,7 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
     acceptance and rejection, optimality gap and the upper bound beside it. K <= 16: the Newton
     solver, gap <= 1e-12 absolute (a 2000-delta scan per K), and <= 1e-10 relative to 1 - A at
     delta <= 1e-9 (``relative_gap``: Markov's bound, module doc); above, the LP-duality solver of
-    :mod:`speccheck.theory.rass_dual` (gap <= 1e-12 on every cell measured:
+    :mod:`speccheck.theory.rass.dual` (gap <= 1e-12 on every cell measured:
     ``theory/rass_dual_survey.md``; the reported gap is what is certified). ``max_iter`` caps
     the solver's iterations (an anytime answer: acceptance is achieved by the returned weights,
     upper_bound bounds the optimum): Newton iterations at K <= 16, partition rounds of rass_dual
@@ -760,10 +757,3 @@ def _cached_keys() -> set:
 def rank_weights(delta: float, K: int) -> np.ndarray:
     """Optimal rank weights omega (shape (K,)) for one delta: a pure function of (delta, K)."""
     return rank_weight_solution(delta, K).omega
-
-
-def rank_weights_cvxpy(delta: float, K: int) -> tuple[np.ndarray, float]:
-    """Quadrature-LP weights from cvxpy (cross-check only; see :mod:`speccheck.theory.rass_lp`)."""
-    from speccheck.theory.rass_lp import rank_weights_cvxpy as _cvx
-
-    return _cvx(delta, K)

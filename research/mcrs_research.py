@@ -1,7 +1,7 @@
 """MCRS research LPs (measurements, not kernels): policies on the two largest drafts (top2)
 and on the smallest and the largest draft (min-max), on the quadrature of speccheck.theory.mcrs,
 and an upper bound on what ANY max-conditioned policy can accept (:func:`max_conditioned_bound`).
-Their results are tabulated by :mod:`speccheck.theory.mcrs_tables` (theory/mcrs_minmax_table.md,
+Their results are tabulated by :mod:`research.mcrs_tables` (theory/mcrs_minmax_table.md,
 theory/mcrs_gap_table.md).
 """
 
@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 from scipy import optimize, sparse, special
 
-from speccheck.theory.mcrs import (  # noqa: F401
+from speccheck.theory.mcrs.core import (  # noqa: F401
     _breakpoints,
     _gl,
     _log_f,

@@ -1,5 +1,5 @@
 """The result type of the RASS rank-weight solvers and the certificates they share
-(:mod:`speccheck.theory.rass` for K <= 16, :mod:`speccheck.theory.rass_dual` above): the piecewise
+(:mod:`speccheck.theory.rass` for K <= 16, :mod:`speccheck.theory.rass.dual` above): the piecewise
 certificate, the set margins of weak duality and the set bound moved to its maximin. A module of
 its own so that both import it and neither imports the other's caller."""
 
@@ -72,16 +72,6 @@ class RankWeightSolution(NamedTuple):
         """gap / min(acceptance, rejection) (0 where the gap is 0)."""
         scale = min(self.acceptance, self.rejection)
         return 0.0 if self.gap == 0.0 else (self.gap / scale if scale > 0.0 else float("inf"))
-
-    @property
-    def lp_value(self) -> float:
-        """Old name: the solver's value (now exact, so equal to ``acceptance``)."""
-        return self.acceptance
-
-    @property
-    def quadrature_loss(self) -> float:
-        """Old name: no quadrature is involved any more, so 0."""
-        return 0.0
 
 
 class Certificate(NamedTuple):

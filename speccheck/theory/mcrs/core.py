@@ -29,7 +29,7 @@ cells it is written with the moments M_{r,j,p} as extra variables (sparse, :func
 ``acceptance_mcrs`` then evaluates the returned policy exactly (closed-form g, crossings of
 f and g located on each cell and refined, exact masses), not on the LP's quadrature.
 
-Measurements for the gap that max-conditioning leaves live in :mod:`speccheck.theory.mcrs_research`
+Measurements for the gap that max-conditioning leaves live in :mod:`research.mcrs_research`
 (theory/mcrs_gap_table.md, theory/mcrs_minmax_table.md): ``max_conditioned_bound`` (no policy of
 the largest draft accepts more), ``top2_lp_acceptance`` (policy on the two largest drafts) and
 ``minmax_lp_acceptance`` (policy on the smallest and the largest draft).
@@ -483,7 +483,7 @@ def _reference_policies(delta: float, K: int, G: int, kind: str | None = None) -
     is better exactly) lifted to the nested G cells (every placement nests: a_2j(G) =
     a_j(G / 2), :func:`mcrs_edges`), so a degraded LP (a solver failure falling back to RASS where G / 2 cells do
     better) is caught. One coarser level, not a chain: each level would cost an LP per check."""
-    from speccheck.theory.rass import rank_weights
+    from speccheck.theory.rass.core import rank_weights
 
     a, abar = mcrs_edges(K, G, kind)
     refs = [MCRSPolicy(K, a, abar, np.tile(rank_weights(delta, K), (G, 1)), delta)]
@@ -545,7 +545,7 @@ def _coarse_policy(delta: float, K: int, G: int, n_target: int = 96, kind: str =
     """The unchecked G-cell policy (coarse grids, and the check's reference one level down):
     the LP's policy or RASS's optimal weights as a constant policy, whichever is better when
     evaluated exactly, so quadrature error or a solver failure never makes it worse than RASS."""
-    from speccheck.theory.rass import rank_weights
+    from speccheck.theory.rass.core import rank_weights
 
     try:
         pol = _solve_lp(delta, K, G, n_target, kind=kind)
@@ -716,7 +716,7 @@ KERNEL_DELTA_GRID = np.unique(np.round(np.concatenate([
     np.arange(0.05, 3.0, 0.05), np.arange(3.0, 6.0, 0.1), np.arange(6.0, 12.0 + 1e-9, 0.5),
 ]), 12))
 KERNEL_TOP_INDEX = KERNEL_DELTA_GRID.size  # pseudo grid point: the top-rank policy (delta >= 12)
-KERNEL_DATA = Path(__file__).resolve().parent.parent / "data" / f"mcrs_policies_G{KERNEL_G}.npz"
+KERNEL_DATA = Path(__file__).resolve().parents[2] / "data" / f"mcrs_policies_G{KERNEL_G}.npz"
 # Policy data layout version: bump when the meaning of a stored policy changes.
 LAYOUT_VERSION = 2
 # Stored edges must agree with the edges computed here to this (absolute, in m): they come from
@@ -816,25 +816,14 @@ def kernel_policy(delta: float, K: int) -> MCRSPolicy:
 
 # ----------------------------------------------------------------------------- gap to the bound
 def _list_bound_iid(delta: float, K: int) -> float:
-    """1 - max_s [Phi(s)^K - Phi(s - delta)] (SPEC section 1), local fallback."""
-    try:
-        from speccheck.theory import list_bound_iid  # type: ignore
+    """1 - max_s [Phi(s)^K - Phi(s - delta)] (SPEC section 1)."""
+    from speccheck.theory.bounds import list_bound_iid
 
-        return float(list_bound_iid(delta, K))
-    except ImportError:
-        pass
-
-    def neg(s):
-        return -(special.ndtr(s) ** K - special.ndtr(s - delta))
-
-    grid = np.linspace(-10, delta + 10, 4001)
-    i = int(np.argmin(neg(grid)))
-    r = optimize.minimize_scalar(neg, bracket=(grid[max(i - 1, 0)], grid[i], grid[min(i + 1, 4000)]))
-    return float(1.0 + min(r.fun, neg(grid[i])))
+    return float(list_bound_iid(delta, K))
 
 
 def _acceptance_rass(delta: float, K: int) -> float:
-    from speccheck.theory import acceptance_rass  # type: ignore
+    from speccheck.theory.rass.core import acceptance_rass
 
     return float(acceptance_rass(delta, K))
 
@@ -854,21 +843,3 @@ def gap_closed_mcrs(delta: float, K: int, G: int = DEFAULT_G, kind: str | None =
         K=int(K), delta=float(delta), G=int(G), layout=kind, rass=a_r, mcrs=a_m, mcrs_lp=pol.lp_acceptance,
         bound=bound, rass_gap=gap, mcrs_gap=bound - a_m, closed=frac,
     )
-
-
-# Moved out (issue 13.6): the research LPs live in speccheck.theory.mcrs_research, the gap and
-# min-max tables in speccheck.theory.mcrs_tables; old names keep working through __getattr__.
-_MOVED = {
-    "mcrs_gap_table": "mcrs_tables", "format_gap_table": "mcrs_tables", "GAP_TABLE_DELTAS": "mcrs_tables",
-    "GAP_TABLE_KS": "mcrs_tables", "minmax_gap_table": "mcrs_tables", "format_minmax_table": "mcrs_tables",
-    "MINMAX_CASES": "mcrs_tables", "MINMAX_HEADER": "mcrs_tables",
-    "top2_lp_acceptance": "mcrs_research", "minmax_edges": "mcrs_research", "minmax_lp_acceptance": "mcrs_research",
-}
-
-
-def __getattr__(name: str):  # noqa: ANN202 - module attribute hook
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(f"speccheck.theory.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

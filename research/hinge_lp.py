@@ -1,4 +1,4 @@
-"""The one builder for the hinge LPs of the theory package (RASS cross-check, MCRS policies).
+"""The one builder for the hinge LPs of the research code (the RASS quadrature cross-check, :mod:`research.rass_lp`).
 
 All of them read: maximise sum_m w_m min(f_m, (A x)_m) over x >= 0 with sum_{v in group g} x_v = 1
 for every group g (one simplex per policy cell; one group for RASS's omega). As an LP, a hinge

@@ -11,7 +11,7 @@ import numpy as np
 
 from speccheck.theory.acceptance import acceptance_dgrs, acceptance_rmc
 from speccheck.theory.bounds import list_bound_iid
-from speccheck.theory.rass import acceptance_rass, rank_weight_solution, residual_intervals
+from speccheck.theory.rass.core import acceptance_rass, rank_weight_solution, residual_intervals
 
 CLAIM_KS = [2, 3, 4, 6, 8]
 CLAIM_DELTAS = np.geomspace(0.01, 6.0, 14)

@@ -1,24 +1,27 @@
 """The paper's method, kept as a CROSS-CHECK only: the rank-weight problem as a quadrature LP.
 
-maximise sum_m w_m min(q_m, (A omega)_m) over the simplex, on Gauss-Legendre nodes (HiGHS;
-a cvxpy formulation as readable reference). Production weights come from the certified
-optimiser in :mod:`speccheck.theory.rass`; this module's value carries a quadrature error
-and its solver can fail (e.g. HiGHS status 15 at delta = 1e-12, K = 64). Also the
-paper-sized baseline of ``benchmarks/bench_theory.py`` (513 Simpson nodes, K = 8).
+maximise sum_m w_m min(q_m, (A omega)_m) over the simplex, on Gauss-Legendre nodes; the library
+ships its cvxpy formulation (:func:`rank_weights_cvxpy`, the readable reference). Production
+weights come from the certified optimiser in :mod:`speccheck.theory.rass.core`; this LP's value
+carries a quadrature error and its solver can fail. The HiGHS formulation and the paper-sized
+Simpson LP of ``benchmarks/bench_theory.py`` live in ``research/rass_lp.py`` (source checkout).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from scipy import optimize, sparse
+from typing import Callable
 
-from speccheck.theory.hinge_lp import hinge_lp_highs
+import numpy as np
+
 from speccheck.theory.normal import log_phi
-from speccheck.theory.rass import log_rank_terms
+from speccheck.theory.rass.core import log_rank_terms
 from speccheck.theory.validate import check_delta, check_K
 
 S_MAX = 9.0  # min(q, p_omega) <= K phi: mass outside [-9, 9] < 1e-17 for K <= 64 (small delta)
 PANEL_WIDTH = 0.5
+
+__all__ = ["PANEL_WIDTH", "S_MAX", "lp_domain", "lp_matrices", "lp_nodes", "quadrature_lp", "rank_weights_cvxpy",
+           "solve_quadrature_lp_cvxpy"]
 
 
 def lp_nodes(breaks: np.ndarray, order: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -49,14 +52,6 @@ def lp_matrices(delta: float, K: int, nodes: np.ndarray) -> tuple[np.ndarray, np
     return np.exp(np.minimum(log_q - shift, cap)), np.exp(np.minimum(log_A - shift, cap)), shift
 
 
-def solve_quadrature_lp(q: np.ndarray, A: np.ndarray, w_quad: np.ndarray, method: str = "highs-ipm"
-                        ) -> tuple[np.ndarray, float]:
-    """max_omega sum_m w_m min(q_m, (A omega)_m) on the simplex (one hinge LP, HiGHS)."""
-    x, value = hinge_lp_highs(q, A, w_quad, groups=np.zeros(A.shape[1], np.int64), method=method)
-    w = np.clip(x, 0.0, None)
-    return w / w.sum(), value
-
-
 def solve_quadrature_lp_cvxpy(q: np.ndarray, A: np.ndarray, w_quad: np.ndarray) -> tuple[np.ndarray, float]:
     """The same LP in cvxpy: maximise w.t s.t. t <= q, t <= A omega, omega in W_K."""
     import cvxpy as cp
@@ -69,9 +64,10 @@ def solve_quadrature_lp_cvxpy(q: np.ndarray, A: np.ndarray, w_quad: np.ndarray) 
     return w / w.sum(), float(prob.value)
 
 
-def rank_weights_lp(delta: float, K: int, *, panels: float = PANEL_WIDTH, order: int = 8,
-                    cvxpy: bool = False) -> tuple[np.ndarray, float]:
-    """Quadrature-LP rank weights (no kink refinement; cross-check only) and the LP value."""
+def quadrature_lp(delta: float, K: int, solve: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, float]],
+                  *, panels: float = PANEL_WIDTH, order: int = 8) -> tuple[np.ndarray, float]:
+    """Quadrature-LP rank weights (no kink refinement; cross-check only) and the LP value, the LP
+    max_omega sum_m w_m min(q_m, (A omega)_m) solved by ``solve(q, A, w_quad) -> (omega, value)``."""
     d = float(check_delta(delta))
     K = check_K(K)
     if d == 0.0 or K == 1:
@@ -80,34 +76,10 @@ def rank_weights_lp(delta: float, K: int, *, panels: float = PANEL_WIDTH, order:
     n = max(int(np.ceil((hi - lo) / panels)), 1)
     nodes, wq = lp_nodes(np.linspace(lo, hi, n + 1), order)
     q, A, shift = lp_matrices(d, K, nodes)
-    w, value = (solve_quadrature_lp_cvxpy if cvxpy else solve_quadrature_lp)(q, A, wq)
+    w, value = solve(q, A, wq)
     return w, value * np.exp(shift)
 
 
 def rank_weights_cvxpy(delta: float, K: int) -> tuple[np.ndarray, float]:
     """Quadrature-LP weights and value from the cvxpy formulation (readable reference)."""
-    return rank_weights_lp(delta, K, cvxpy=True)
-
-
-def paper_sized_lp(delta: float, K: int = 8, n_nodes: int = 513) -> tuple[np.ndarray, float]:
-    """The paper's method: Simpson's rule on ``n_nodes`` nodes over [-S, delta + S], solved by
-    ``scipy.optimize.linprog`` (HiGHS) with one hinge variable per node (the benchmark baseline)."""
-    d = float(check_delta(delta))
-    K = check_K(K)
-    lo, hi = -S_MAX, d + S_MAX
-    nodes = np.linspace(lo, hi, n_nodes)
-    h = (hi - lo) / (n_nodes - 1)
-    wq = np.full(n_nodes, 2.0)
-    wq[1::2] = 4.0
-    wq[0] = wq[-1] = 1.0
-    wq *= h / 3.0
-    q, A, shift = lp_matrices(d, K, nodes)
-    M = n_nodes
-    cost = np.concatenate([np.zeros(K), -wq])
-    mat = sparse.hstack([sparse.csr_matrix(-A), sparse.identity(M, format="csr")], format="csc")
-    res = optimize.linprog(cost, A_ub=mat, b_ub=np.zeros(M), A_eq=np.concatenate([np.ones(K), np.zeros(M)])[None, :],
-                           b_eq=[1.0], bounds=np.column_stack([np.zeros(K + M), np.concatenate([np.ones(K), q])]),
-                           method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"paper-sized LP failed: {res.message}")
-    return res.x[:K], -res.fun * np.exp(shift)
+    return quadrature_lp(delta, K, solve_quadrature_lp_cvxpy)

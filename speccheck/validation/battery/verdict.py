@@ -1,0 +1,112 @@
+"""From cells to a judged report: the cells' results merged with Holm over the whole family,
+layer L6 re-judged from its raw outputs in the judging process, and failures localised on fresh
+draws. The verdict itself is :func:`speccheck.validation.verdict.judge`."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from speccheck.errors import DeviceError
+from speccheck.seeding import unit_seed
+from speccheck.validation import continuous, localise, sequence
+from speccheck.validation.battery.cells import run_cell
+from speccheck.validation.battery.plan import per_test_alpha
+from speccheck.validation.results import BatteryReport, TestResult
+from speccheck.validation.stats import holm_adjust
+from speccheck.validation.suites import Suite
+
+__all__ = ["assemble_report", "failures_to_localise", "localise_report", "rejudge_sequence"]
+
+
+def assemble_report(plan: dict, suite: Suite, *, base: int, alpha: float, device: str, scale: float,
+                    contract: list[TestResult], trajectory: list[TestResult] | None,
+                    cells: list[list[TestResult]]) -> BatteryReport:
+    """One report from the cells' results (``cells`` in :func:`battery_cells` order;
+    ``trajectory`` None: layer L4 was not run because the contract failed): the results in
+    layer order, Holm over the whole family at ``alpha``, the notes. No localisation yet."""
+    traj = trajectory or []
+    alpha_t = per_test_alpha(plan, traj, alpha)
+    for r in traj:
+        if r.kind == "stat":
+            r.threshold = alpha_t  # L4 tests are p-value tests: threshold on p
+    rep = BatteryReport(plan["verifier"], suite.name, base, alpha, alpha_t, device, power=suite.power, scale=scale,
+                        layers=list(plan["layers"]))
+    notes: list[str] = []
+    if trajectory is None and "L4" in plan["layers"] and suite.trajectory is not None:
+        notes.append("L4: not run (the contract failed, so sampler trajectories would only repeat it)")
+    if plan["skipped_K"]:
+        notes.append(f"K={plan['skipped_K']} skipped (supports_K is false)")
+    if plan["grid_cells"] and not plan["has_acceptance"]:
+        notes.append("L2: the verifier declares no acceptance(delta, K); only the list-bound tests ran")
+    results = list(contract) + [r for cell in cells for r in cell] + traj
+    n_planned = int(plan["n_stat"]) + sum(r.kind == "stat" for r in traj)
+    n_stat = sum(r.kind == "stat" for r in results)
+    if n_stat > n_planned:  # a layer ran more tests than planned: Holm keeps the family-wise rate
+        notes.append(f"{n_stat} statistical tests ran, {n_planned} planned; Holm over all of them")
+    holm_adjust(results, alpha)
+    rep.results, rep.notes = results, notes
+    return rep
+
+
+def rejudge_sequence(report: BatteryReport, raw: dict | None, suite: Suite) -> BatteryReport:
+    """``report`` with layer L6's statistics computed HERE from its raw outputs (whatever the
+    process that ran the verifier said of them), then Holm over the whole family again at the
+    suite's rate. The battery's verdict paths call it in the process that judges, which never
+    imports the verifier: code that patches speccheck's statistics inside the verifier's process
+    cannot make L6 pass. L6 statistics without raw outputs raise FileFormatError (no verdict)."""
+    from speccheck.errors import FileFormatError
+
+    stats = [i for i, r in enumerate(report.results) if r.layer == "L6" and r.kind != "contract"]
+    if raw is None:
+        if stats:
+            raise FileFormatError("the battery's worker reported layer L6 statistics without the raw outputs they "
+                                  "come from; no verdict")
+        return report
+    if suite.sequence is None:
+        raise FileFormatError("the battery's worker sent layer L6 outputs for a suite without [sequence]; no verdict")
+    try:
+        fresh = sequence.judge_layer(raw, sequence.scaled_spec(suite.sequence, report.scale),
+                                     alpha=report.per_test_alpha, power=suite.power, base=report.seed)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FileFormatError(f"the battery's worker sent malformed layer L6 outputs ({exc}); no verdict") from None
+    at = stats[0] if stats else len(report.results)
+    kept = [r for i, r in enumerate(report.results) if i not in set(stats)]
+    report.results = kept[:at] + fresh + kept[at:]
+    holm_adjust(report.results, suite.family_alpha)
+    report.sequence_raw = raw
+    return report
+
+
+def failures_to_localise(rep: BatteryReport) -> list[TestResult]:
+    """The failed statistical tests (after Holm), the candidates of :func:`localise_report`."""
+    return [r for r in rep.results if r.kind == "stat" and not r.passed]
+
+
+def localise_report(verifier: Any, suite: Suite, plan: dict, failures: list[TestResult], screens: dict | None, *,
+                    base: int, alpha: float, alpha_t: float, device: torch.device, scale: float,
+                    heartbeat: Callable[[str], None] | None = None) -> tuple[list, list[str]]:
+    """Localise ``failures`` on fresh draws: ``(localisations, notes)``. ``screens`` None: the
+    continuous layer's rows are redrawn for the failing K (same seeds, so the same rows as the
+    run's; a worker that localises need not receive them)."""
+    cs = suite.continuous
+    try:
+        if screens is None:
+            needed = sorted({int(r.extra["K"]) for r in failures if "K" in r.extra} & set(plan["continuous_Ks"]))
+            screens = {}
+            for K in needed:
+                _, screen = run_cell(verifier, suite, ("L5", K), plan=plan, base=base, alpha_t=alpha_t,
+                                     device=device, scale=scale)
+                if screen is not None:
+                    screens[K] = screen
+        found = localise.localise(
+            verifier, failures, screens, alpha=alpha, refine=cs.refine if cs else 8,
+            confirm_n=continuous.scaled(cs.confirm_n if cs else 16384, scale, 256), device=device,
+            base_seed=unit_seed(base, 6), spec=cs, layer_n=continuous.scaled(cs.n, scale, 16) if cs else 0,
+            heartbeat=heartbeat or (lambda label: None))
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the verdict stands; only the localisation is lost
+        return [], [f"localisation not possible: the verifier raised {type(exc).__name__}: {exc}"]
+    return found, []
