@@ -53,7 +53,7 @@ _OMEGA: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID), K] LP weights (NaN 
 _UNCHECKED: dict[int, np.ndarray] = {}  # K -> [len(DELTA_GRID)] rows read from the user cache, not yet certified
 CACHE_GAP_RTOL = 0.1
 """A cached row is used only if its certified gap to the optimum is <= CACHE_GAP_RTOL (1 - A) + 1e-12
-(:func:`speccheck.theory.rass_certificate.weights_gap`); else it is solved again."""
+(:func:`speccheck.theory.rass.certificate.weights_gap`); else it is solved again."""
 
 
 def _solver_sources() -> list[Path]:
@@ -109,7 +109,7 @@ def _certified(d: float, K: int, row: np.ndarray) -> bool:
     """Whether cached weights ``row`` at delta ``d`` are a probability vector whose certified gap
     to the optimal acceptance is within CACHE_GAP_RTOL of their 1 - A."""
     from speccheck.errors import InputError
-    from speccheck.theory.rass_certificate import weights_gap
+    from speccheck.theory.rass.certificate import weights_gap
     from speccheck.theory.validate import check_omega
 
     try:

@@ -127,7 +127,7 @@ def test_rass_k64_golden_matches_the_lp_duality_solver():
         slack = 1e-14 * min(1.0, acc, rej) + 1e-300
         if not (acc <= sol.upper_bound + slack and sol.acceptance <= acc + gap + slack):
             bad.append(("bounds", r["delta"], sol.acceptance, sol.gap, acc, gap))
-        # the float64 evaluator's own floor for these weights (rass_certificate.evaluation_floor: a
+        # the float64 evaluator's own floor for these weights (speccheck.theory.rass.certificate.evaluation_floor: a
         # quarter ulp of sum |omega - 1/K| + 1 - A per crossing; 1 - A is summed from deviations: at
         # delta = 1e-12 Markov's weights have sum |omega - 1/K| = 1e-2 while 1 - A = 1.8e-16, off by 0.12 of it)
         floor = evaluation_floor(sol)

@@ -95,8 +95,9 @@ def test_rass_refuses_cached_weights_outside_the_simplex(fresh_rass):
 def test_mcrs_solves_again_where_a_cached_policy_fails_its_check(monkeypatch, tmp_path):
     """G = 8 is not shipped: its policies come from the user cache. A forged file (valid checksum,
     every cell choosing the last rank) is checked by exact acceptance and replaced by a solve."""
-    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.verifiers.mcrs import grid_index
+
+    theory_mcrs = mcrs_mod._theory  # the module the kernel solves with
 
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
     K, G = 2, 8

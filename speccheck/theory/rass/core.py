@@ -42,7 +42,7 @@ down to delta = 1e-300, where the Newton solver stalls at uniform weights, worse
 elsewhere at delta <= 1e-3 the bound tightens the solver's gap and the weights replace the
 solver's where better (``with_markov_bound``). Subnormal delta: the better of uniform weights and
 those (``closed_form_solution``). The reported A and 1 - A are re-evaluated by the path of
-``acceptance_rass(delta, K, deviation=...)`` (``rass_certificate.evaluated``) and the gap allows
+``acceptance_rass(delta, K, deviation=...)`` (``certificate.evaluated``) and the gap allows
 for the evaluator's rounding (``evaluation_floor``), so the numbers are those of the returned weights.
 
 Stopping (K <= 16): the gap is <= GAP_TOL = 1e-12 absolute AND either <= 1e-12 min(1, A, 1 - A),

@@ -58,7 +58,7 @@ Algorithm (rounds r = 1..MAX_ROUNDS; every step a pure function of (delta, K)):
      from the best weights towards single ranks (:func:`vertex_moves`);
   7. where the gap is still above GAP_TOL (the full solve): the set bound of {q > p_omega} at the best weights
      (with and without the pieces the piecewise certificate drops), its boundaries moved to
-     the maximin of min_r h_r by Newton (``rass_certificate.maximin_set_bound``,
+     the maximin of min_r h_r by Newton (``certificate.maximin_set_bound``,
      :func:`polished_lower_bound`): second order in the distance to the optimum's set, where
      the LP's cell-constant y is off by ~(cell width)^2 and the weights' own Frank-Wolfe gap is
      first order.
@@ -98,7 +98,7 @@ Edge cases: delta = 0 (uniform, A = 1) and K = 1 (RMC) in closed form; delta > D
 A < 1e-340, the top rank (A = 0 returned). Below delta = 1e-150 the LP's data are the
 delta -> 0 limits (D_j / delta -> int_j z phi). Where 1 - A <= GAP_TOL the bound 1 - A itself
 certifies the absolute gap (tiny delta). Relative to a tiny 1 - A (delta <= 1e-3): Markov's bound
-(``rass_certificate.markov_lower_bound``, relative precision at any delta) is the rejection form's
+(``certificate.markov_lower_bound``, relative precision at any delta) is the rejection form's
 first lower bound and tightens the final gap, and Markov's weights are offered
 (``with_markov_bound``); where omega >= 0 binds (K = 64 at delta > 2.5e-15, K = 128 at
 delta > 1e-33) that bound is loose (K = 64, delta = 1e-14: 1 - A = 1.96e-18, certified gap
@@ -972,7 +972,7 @@ def _solve(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution
 
 
 def polished_lower_bound(d: float, K: int, law: exact.RankLaw, res: exact.ExactAcceptance) -> float:
-    """A lower bound on 1 - A* from the set bound (``rass_certificate.maximin_set_bound``: valid
+    """A lower bound on 1 - A* from the set bound (``certificate.maximin_set_bound``: valid
     for any set; its boundaries moved towards the maximin by Newton) from two sets: {q > p_omega}
     at the best weights, and the same without the pieces ``certificate`` drops. Net of the
     rounding allowance (256 ulps, absolute); 0 when neither applies.
