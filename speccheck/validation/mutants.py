@@ -17,7 +17,6 @@ as accepted children).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import sys
@@ -605,14 +604,8 @@ def run_mutants(suite: str | Suite = "gate", *, names: list[str] | None = None, 
         if progress:
             print(f"[mutants] {name} ...", file=sys.stderr, flush=True)
         v = f()
-        st_v = st
-        if getattr(v, "sampler_factory", None) is not None:
-            if st.trajectory is None:
-                continue  # sampler mutants need layer 4
-            st_v = dataclasses.replace(st, scalar=None, wrapper=None, continuous=None)
+        if getattr(v, "sampler_factory", None) is not None and st.trajectory is None:
+            continue  # sampler mutants need layer 4 (run_battery runs them on layers 0 and 4 only)
         beat = None if heartbeat is None else (lambda label, _n=name: heartbeat(f"{_n}: {label}"))
-        out[name] = run_battery(v, st_v, device=device, seed=seed, progress=progress, heartbeat=beat, **options)
-        if st_v is not st:
-            out[name].notes.append("sampler mutant: only layers 0 and 4 were run "
-                                   "(the others do not involve the sampler)")
+        out[name] = run_battery(v, st, device=device, seed=seed, progress=progress, heartbeat=beat, **options)
     return out

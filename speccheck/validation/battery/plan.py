@@ -5,6 +5,7 @@ number of statistical tests Holm splits the family-wise rate over."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -203,6 +204,17 @@ def _plan_of(plan: dict) -> _Plan:
     return _Plan(list(plan["layers"]), grid,
                  list(plan["continuous_Ks"]), list(plan["wrapper_dims"]), bool(plan["has_acceptance"]),
                  int(plan["n_stat"]), list(plan["skipped_K"]), list(plan.get("sequence_Ks", [])))
+
+
+SAMPLER_RULE_NOTE = "sampler mutant: only layers 0 and 4 were run (the others do not involve the sampler)"
+
+
+def suite_for(verifier: Any, suite: Suite) -> tuple[Suite, list[str]]:
+    """The suite a rule is run on, and a note when it differs: a rule that brings its own sampler
+    (``sampler_factory``, the sampler mutants) only where the sampler is involved, layers 0 and 4."""
+    if getattr(verifier, "sampler_factory", None) is None:
+        return suite, []
+    return dataclasses.replace(suite, scalar=None, wrapper=None, continuous=None, sequence=None), [SAMPLER_RULE_NOTE]
 
 
 def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:

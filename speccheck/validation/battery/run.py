@@ -23,6 +23,7 @@ from speccheck.validation.battery.plan import (
     plan_battery,
     resolve_device,
     resolve_layers,
+    suite_for,
 )
 from speccheck.validation.battery.verdict import assemble_report, failures_to_localise, localise_report
 from speccheck.validation.results import BatteryReport, TestResult
@@ -81,6 +82,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
         st = suite
     else:
         raise InputError(f"suite must be a name, a .toml path or a Suite, got {type(suite).__name__}")
+    st, suite_notes = suite_for(v, st)
     base = st.seed if seed is None else seed
     alpha = st.family_alpha if alpha_opt is None else alpha_opt
     beat = _beat(heartbeat, progress, t0)
@@ -111,6 +113,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     rep = assemble_report(plan, st, base=base, alpha=alpha, device=str(dev), scale=scale, contract=contract,
                           trajectory=trajectory, cells=cells)
     rep.sequence_raw = sequence_raw
+    rep.notes += suite_notes
     failed_stat = failures_to_localise(rep)
     if failed_stat and localise_failures:
         rep.localisations, notes = localise_report(fresh_verifier(v), st, plan, failed_stat, screens, base=base,
