@@ -16,8 +16,10 @@ the same seed on every run, process and platform.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from typing import Union
+import random
+from typing import Iterator, Union
 
 import numpy as np
 import torch
@@ -66,3 +68,31 @@ def generator(seed: int, device: Union[str, torch.device] = "cpu") -> torch.Gene
         raise DeviceError(f"cannot create a random generator on device {device!r}: {exc}") from None
     g.manual_seed(int(seed))
     return g
+
+
+@contextlib.contextmanager
+def pinned_global_rngs(seed: int, device: Union[str, torch.device] = "cpu") -> Iterator[None]:
+    """Inside: torch's global generators (CPU, and CUDA when ``device`` is cuda), numpy's legacy
+    global generator and Python's ``random`` start from ``seed``; on exit each is restored.
+
+    A verifier must draw from the generator it is given, and the battery checks that it does (the
+    same-seed check perturbs the global state between two runs). Pinning the global state per
+    battery cell makes even a verifier that breaks this rule give the same outputs, hence the same
+    report, on every path (one process, an isolated child, a Dask worker), while it still fails
+    that check."""
+    torch_state = torch.get_rng_state()
+    on_cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+    cuda_state = torch.cuda.get_rng_state_all() if on_cuda else None
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    try:
+        torch.manual_seed(seed)  # seeds every CUDA device too
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)

@@ -14,7 +14,7 @@ from scipy import stats as sstats
 
 from speccheck.errors import DeviceError, InputError
 from speccheck.seeding import generator as make_generator
-from speccheck.seeding import unit_seed
+from speccheck.seeding import pinned_global_rngs, unit_seed
 from speccheck.validation import continuous, device_stats, sequence
 from speccheck.validation.battery.plan import _Plan, _plan_of
 from speccheck.validation.contract import (
@@ -267,8 +267,16 @@ def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, bas
              device: torch.device, scale: float) -> tuple[list[TestResult], Any]:
     """One cell of a battery run: ``(results, screen)`` (the continuous layer's rows at that K for
     localisation, else None). Its seed comes from its identity (``unit_seed(base, layer number,
-    label)``), so a cell gives the same results wherever and in whatever order it runs. The L0
-    and L4 cells need no plan; the others take the per-test level ``alpha_t`` of the whole family."""
+    label)``), and the global generators start from a seed of that identity too
+    (:func:`speccheck.seeding.pinned_global_rngs`), so a cell gives the same results wherever and
+    in whatever order it runs. The L0 and L4 cells need no plan; the others take the per-test
+    level ``alpha_t`` of the whole family."""
+    with pinned_global_rngs(unit_seed(base, "global-rngs", repr(tuple(cell))), device):
+        return _run_cell(verifier, suite, cell, plan=plan, base=base, alpha_t=alpha_t, device=device, scale=scale)
+
+
+def _run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, alpha_t: float,
+              device: torch.device, scale: float) -> tuple[list[TestResult], Any]:
     layer = cell[0]
     if layer == "L0":
         return contract_checks(verifier, device=str(device), seed=unit_seed(base, 0), n=suite.contract_n), None

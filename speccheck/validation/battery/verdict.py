@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 from speccheck.errors import DeviceError
-from speccheck.seeding import unit_seed
+from speccheck.seeding import pinned_global_rngs, unit_seed
 from speccheck.validation import continuous, localise, sequence
 from speccheck.validation.battery.cells import run_cell
 from speccheck.validation.battery.plan import per_test_alpha
@@ -100,11 +100,12 @@ def localise_report(verifier: Any, suite: Suite, plan: dict, failures: list[Test
                                      device=device, scale=scale)
                 if screen is not None:
                     screens[K] = screen
-        found = localise.localise(
-            verifier, failures, screens, alpha=alpha, refine=cs.refine if cs else 8,
-            confirm_n=continuous.scaled(cs.confirm_n if cs else 16384, scale, 256), device=device,
-            base_seed=unit_seed(base, 6), spec=cs, layer_n=continuous.scaled(cs.n, scale, 16) if cs else 0,
-            heartbeat=heartbeat or (lambda label: None))
+        with pinned_global_rngs(unit_seed(base, "global-rngs", "localisation"), device):
+            found = localise.localise(
+                verifier, failures, screens, alpha=alpha, refine=cs.refine if cs else 8,
+                confirm_n=continuous.scaled(cs.confirm_n if cs else 16384, scale, 256), device=device,
+                base_seed=unit_seed(base, 6), spec=cs, layer_n=continuous.scaled(cs.n, scale, 16) if cs else 0,
+                heartbeat=heartbeat or (lambda label: None))
     except DeviceError:
         raise
     except Exception as exc:  # noqa: BLE001 - the verdict stands; only the localisation is lost
