@@ -1,0 +1,63 @@
+"""What every command shares on the way out: strict JSON text, atomic writes, the isolated
+child process, and whether a progress bar may be drawn."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Sequence
+
+from speccheck.errors import UsageError
+
+#: environment variable that turns every progress bar off (as ``--quiet`` does)
+NO_PROGRESS_ENV = "SPECCHECK_NO_PROGRESS"
+
+
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None: printed JSON stays valid JSON."""
+    from speccheck.scale.jobs import finite_json as _finite
+
+    return _finite(obj)
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as indented strict JSON (no bare NaN / Infinity: they become null)."""
+    return json.dumps(finite_json(json.loads(json.dumps(obj, default=float))), indent=2, allow_nan=False)
+
+
+def write_text(path: str, text: str, option: str) -> None:
+    """Write atomically (temporary file + rename); an OSError becomes exit 2 naming ``option``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".speccheck-", delete=False) as fh:
+            fh.write(text)
+            tmp = fh.name
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"{option} {path!r} could not be written ({exc.strerror or exc})") from None
+
+
+def write_json(path: str, obj: Any, option: str) -> None:
+    """``obj`` as strict JSON at ``path`` (atomic; exit 2 naming ``option`` if it cannot be written)."""
+    write_text(path, json_text(obj), option)
+
+
+def isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str = "cpu",
+             preload: Sequence[str] = ("torch",)) -> dict:
+    """``job(heartbeat, **kwargs)`` in a child process (:func:`speccheck.isolation.run_isolated`),
+    its memory capped on a CPU run."""
+    from speccheck.isolation import run_isolated
+
+    cuda = str(device).startswith("cuda")
+    return run_isolated(job, kwargs, timeout=timeout, what=what, preload=preload,
+                        memory_fraction=None if cuda else 0.8)
+
+
+def progress_wanted(quiet: bool = False) -> bool:
+    """A progress bar may be drawn: stderr is a terminal, no ``--quiet``, no $SPECCHECK_NO_PROGRESS=1."""
+    if quiet or os.environ.get(NO_PROGRESS_ENV, "") not in ("", "0"):
+        return False
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
