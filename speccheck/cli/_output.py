@@ -3,7 +3,6 @@ child process, and whether a progress bar may be drawn."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -15,16 +14,12 @@ from speccheck.errors import UsageError
 NO_PROGRESS_ENV = "SPECCHECK_NO_PROGRESS"
 
 
-def finite_json(obj: Any) -> Any:
-    """``obj`` with every non-finite float replaced by None: printed JSON stays valid JSON."""
-    from speccheck.scale.jobs import finite_json as _finite
-
-    return _finite(obj)
-
-
 def json_text(obj: Any) -> str:
-    """``obj`` as indented strict JSON (no bare NaN / Infinity: they become null)."""
-    return json.dumps(finite_json(json.loads(json.dumps(obj, default=float))), indent=2, allow_nan=False)
+    """``obj`` as indented strict JSON (no bare NaN / Infinity: they become null; numpy scalars
+    and other numbers through ``float``)."""
+    from speccheck.strict_json import dumps
+
+    return dumps(obj, default=float, indent=2)
 
 
 def write_text(path: str, text: str, option: str) -> None:

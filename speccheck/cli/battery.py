@@ -8,6 +8,7 @@ import argparse
 import os
 
 from speccheck import errors
+from speccheck.cli._executor import add_executor_args, wants_dask
 from speccheck.cli._options import (
     MAX_K,
     MAX_SEED,
@@ -45,8 +46,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (as --no-progress)")
     add_timeout(p, "battery cell", TIMEOUT_BATTERY_CELL_S)
-    from speccheck.scale.commands import add_executor_args
-
     add_executor_args(p, store_default=None, workers_default="1", progress_option=False)
     p.set_defaults(func=run)
 
@@ -100,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
 
         return mutants.run(args, extra)
     from speccheck.api import battery
-    from speccheck.scale.commands import wants_dask
-
     dask = wants_dask(args)
     scheduler = args.scheduler or (os.environ.get("DASK_SCHEDULER_ADDRESS") if dask and args.workers is None else None)
     outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=show_progress(args),

@@ -12,9 +12,8 @@ from typing import Sequence
 from speccheck.errors import EXIT_CANNOT_RUN, EXIT_DEFECT, EXIT_OK, SpeccheckError, UsageError
 
 # the command modules, in --help order: each has add_parser(subparsers)
-COMMANDS = ("theory", "train_digits", "speedup", "battery", "e2e", "figures", "verifiers")
-# modules outside this package with register(subparsers)
-REGISTERED = ("speccheck.scale.commands", "speccheck.reproduce")
+COMMANDS = ("theory", "train_digits", "speedup", "battery", "e2e", "figures", "verifiers", "sweep", "calibrate",
+            "results", "reproduce")
 # options naming files or folders a command writes: no two may name the same path
 OUTPUT_OPTIONS = {"json": "--json", "junit": "--junit", "store": "--store", "out": "--out", "figures": "--figures",
                   "battery_json": "--battery-json"}
@@ -22,7 +21,7 @@ EPILOG = "exit codes: 0 ran and positive, 1 defect found, 2 could not run as ask
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full parser: this package's commands and those registered by other modules."""
+    """The full parser: every command module's sub-parser, in --help order."""
     from speccheck import __version__, cli
 
     parser = argparse.ArgumentParser(prog="speccheck", description=(cli.__doc__ or "").splitlines()[0],
@@ -31,8 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"speccheck.cli.{name}").add_parser(sub)
-    for name in REGISTERED:
-        importlib.import_module(name).register(sub)
     return parser
 
 
@@ -55,7 +52,7 @@ def _check_parsed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Before any work: ``--store`` is a file that persists (not '' or ':memory:'), and no two
     output options name the same file (``--json`` would replace the ``--store`` database)."""
-    from speccheck.scale.commands import check_distinct_outputs, check_store
+    from speccheck.cli._executor import check_distinct_outputs, check_store
 
     if isinstance(getattr(args, "store", None), str):
         check_store(args.store)

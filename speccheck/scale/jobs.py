@@ -634,13 +634,9 @@ def format_calibration(summary: dict) -> str:
 
 def finite_json(value: object) -> object:
     """``value`` with every non-finite float replaced by None (containers recursively)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return value
+    from speccheck.strict_json import finite_json as _finite
+
+    return _finite(value)
 
 
 def write_json(value: dict, path: str) -> None:

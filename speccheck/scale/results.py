@@ -105,11 +105,13 @@ def export(path: str, name: Optional[str] = None, *, fmt: str = "csv", out: Opti
     """Export units as ``fmt`` (csv, json, parquet) to ``out``; without ``out`` return the text."""
     if fmt not in ("csv", "json", "parquet"):
         raise InputError(f"--format must be csv, json or parquet, got {fmt!r}")
+    from speccheck.strict_json import dumps
+
     rows = export_rows(path, name)
     if fmt == "json":
-        text = json.dumps(rows, indent=1) + "\n"
+        text = dumps(rows, indent=1) + "\n"
     else:
-        flat = [{**r, "identity": json.dumps(r["identity"]), "result": json.dumps(r["result"], sort_keys=True)}
+        flat = [{**r, "identity": dumps(r["identity"]), "result": dumps(r["result"], sort_keys=True)}
                 for r in rows]
         if fmt == "parquet":
             if not out:
