@@ -12,6 +12,8 @@ from speccheck.errors import UsageError
 
 #: environment variable that turns every progress bar off (as ``--quiet`` does)
 NO_PROGRESS_ENV = "SPECCHECK_NO_PROGRESS"
+#: seconds a job runs before its bar is drawn: quick jobs draw none
+PROGRESS_DELAY_S = 2.0
 
 
 def json_text(obj: Any) -> str:
@@ -48,6 +50,15 @@ def isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str =
     cuda = str(device).startswith("cuda")
     return run_isolated(job, kwargs, timeout=timeout, what=what, preload=preload,
                         memory_fraction=None if cuda else 0.8)
+
+
+def progress_bar(total: int, desc: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr, drawn only when ``enabled`` and once the job has run ~2 s (``delay``);
+    disabled, its ``update``/``close`` do nothing. Never writes to stdout."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, delay=PROGRESS_DELAY_S, leave=False,
+                disable=not enabled)
 
 
 def progress_wanted(quiet: bool = False) -> bool:

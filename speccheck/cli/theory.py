@@ -7,7 +7,7 @@ import argparse
 import math
 
 from speccheck.cli._options import MAX_K, check_int, check_ints, check_values
-from speccheck.cli._output import json_text
+from speccheck.cli._output import json_text, progress_bar, progress_wanted
 from speccheck.errors import EXIT_OK, UsageError
 
 
@@ -27,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="compute MCRS values whose policy is not stored (its cold LP takes ~0.1-10 s per "
                         "(delta, K)); default: stored policies only, the rest skipped with a note")
     p.add_argument("--mcrs-G", type=int, default=64, help="cells of MCRS's policy, in [2, 1024] (0: skip MCRS)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
 
 
@@ -49,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     mcrs_G = args.mcrs_G if (args.mcrs is not False and args.mcrs_G) else None
-    rows = theory_table(args.delta, args.K, mcrs_G=mcrs_G, mcrs="auto" if args.mcrs is None else args.mcrs)
+    bar = progress_bar(len(args.delta) * len(args.K), "theory rows", progress_wanted(args.quiet))
+    try:
+        rows = theory_table(args.delta, args.K, mcrs_G=mcrs_G, mcrs="auto" if args.mcrs is None else args.mcrs,
+                            on_row=lambda row: bar.update(1))
+    finally:
+        bar.close()
     print(json_text(rows) if args.json else format_theory_table(rows))
     return EXIT_OK
