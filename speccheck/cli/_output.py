@@ -1,12 +1,12 @@
-"""What every command shares on the way out: strict JSON text, atomic writes, the isolated
-child process, and whether a progress bar may be drawn."""
+"""What every command shares on the way out: strict JSON text, atomic writes, and whether a
+progress bar may be drawn."""
 
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
-from typing import Any, Sequence
+from typing import Any
 
 from speccheck.errors import UsageError
 
@@ -39,17 +39,6 @@ def write_text(path: str, text: str, option: str) -> None:
 def write_json(path: str, obj: Any, option: str) -> None:
     """``obj`` as strict JSON at ``path`` (atomic; exit 2 naming ``option`` if it cannot be written)."""
     write_text(path, json_text(obj), option)
-
-
-def isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str = "cpu",
-             preload: Sequence[str] = ("torch",)) -> dict:
-    """``job(heartbeat, **kwargs)`` in a child process (:func:`speccheck.isolation.run_isolated`),
-    its memory capped on a CPU run."""
-    from speccheck.isolation import run_isolated
-
-    cuda = str(device).startswith("cuda")
-    return run_isolated(job, kwargs, timeout=timeout, what=what, preload=preload,
-                        memory_fraction=None if cuda else 0.8)
 
 
 def progress_bar(total: int, desc: str, enabled: bool) -> Any:

@@ -28,9 +28,11 @@ def _functions(path: Path):
 
 def test_cli_is_a_package_of_command_modules():
     names = {p.stem for p in _modules()}
-    assert {"__init__", "__main__", "main", "_options", "_output"} <= names
-    assert {"theory", "train_digits", "speedup", "battery", "mutants", "e2e", "figures", "verifiers"} <= names
+    assert {"__init__", "__main__", "main", "_options", "_output", "_executor"} <= names
+    assert {"theory", "train_digits", "speedup", "battery", "mutants", "e2e", "figures", "verifiers", "sweep",
+            "calibrate", "results", "reproduce"} <= names
     assert not (ROOT / "speccheck" / "cli.py").exists()
+    assert not (ROOT / "speccheck" / "scale" / "commands.py").exists()  # its commands are modules here
 
 
 def test_no_function_over_40_lines():
@@ -40,7 +42,14 @@ def test_no_function_over_40_lines():
 
 
 def test_every_command_module_has_add_parser_and_run():
+    """Every module in COMMANDS adds its sub-parser and runs it; every sub-command comes from one."""
+    import argparse
+
+    from speccheck.cli import build_parser
     from speccheck.cli.main import COMMANDS
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {name.replace("_", "-") for name in COMMANDS}
 
     for name in COMMANDS:
         tree = ast.parse((CLI / f"{name}.py").read_text())
