@@ -18,7 +18,7 @@ from speccheck import errors
 from speccheck.validation.verdict import BatteryOutcome, CheckOutcome, judge, no_verdict
 
 __all__ = ["BatteryOutcome", "CheckOutcome", "battery", "calibrate", "contract_check", "e2e", "measure_acceptance",
-           "mutants", "speedup",
+           "mutants", "speedup", "sweep",
            "DEFAULT_CELL_TIMEOUT_S", "THEORY_ALPHA"]
 
 #: seconds one battery cell (a unit of work) may take before the run is stopped (no verdict)
@@ -437,3 +437,34 @@ def calibrate(suite: str, verifiers: list[str], *, seeds: range, device: str = "
     if not isinstance(summary, dict) or "rules" not in summary:
         raise errors.IsolatedCodeError("the calibration returned no summary; no verdict")
     return summary
+
+
+def sweep(verifiers: list[str], cells: list[tuple[int, int]], trajectories: int, *, target: str = "gmm-paper",
+          overrides: Optional[dict] = None, seed: int = 0, store: Optional[str] = None, name: Optional[str] = None,
+          chunk: Optional[int] = None, threads: int = 1, workers: Optional[int] = None,
+          scheduler: Optional[str] = None, progress: bool = False, alpha: float = THEORY_ALPHA,
+          log: Optional[Callable[[str], None]] = None) -> CheckOutcome:
+    """A resumable speed-up sweep: every (verifier, K, L) of ``cells`` on the mixture preset
+    ``target`` (with the protocol ``overrides`` of :func:`speccheck.sampler.experiments.preset`),
+    ``trajectories`` per cell (in units of ``chunk`` when given), run by
+    :func:`speccheck.scale.jobs.run_sweep` into ``store`` on the executor of ``workers`` /
+    ``scheduler``; judged by :func:`speccheck.scale.jobs.judge_calibration` at ``alpha`` (Holm
+    over the cells). ``data``: ``name`` (default: target + protocol hash, ``-chunkN`` when
+    chunked) and ``rows`` (one per cell)."""
+    from speccheck.sampler.experiments import preset
+    from speccheck.scale import jobs
+    from speccheck.scale.executors import SWEEP_MODULES, make_executor
+
+    # local workers start while this process imports and plans
+    executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, modules=SWEEP_MODULES).start()
+    try:
+        proto = preset(target, **dict(overrides or {}))
+        chunked = chunk is not None and chunk < trajectories
+        name = name or f"{proto.target}-{proto.key()}" + (f"-chunk{chunk}" if chunked else "")
+        rows = jobs.run_sweep(proto, verifiers, cells, trajectories, seed, store=store, name=name, executor=executor,
+                              threads=threads, log=log, chunk=chunk)
+    finally:
+        executor.close()
+    outcome = jobs.judge_calibration(rows, alpha)
+    outcome.data.update(name=name, rows=rows)
+    return outcome

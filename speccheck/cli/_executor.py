@@ -1,18 +1,14 @@
 """Options of the commands whose units may run on Dask (``--workers``, ``--scheduler``,
-``--store``, ``--no-progress``), the store and output-path checks, and the executor they ask
-for (:func:`speccheck.scale.executors.make_executor`)."""
+``--store``, ``--no-progress``, ``--quiet``) and the store and output-path checks."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from speccheck.errors import InputError
-
-if TYPE_CHECKING:
-    from speccheck.scale.executors import Executor
 
 DEFAULT_STORE = os.path.join("results", "speccheck.sqlite")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -44,17 +40,6 @@ def show_progress(args: argparse.Namespace) -> bool:
     from speccheck.cli._output import progress_wanted
 
     return not getattr(args, "no_progress", False) and progress_wanted(getattr(args, "quiet", False))
-
-
-def executor_from(args: argparse.Namespace, timeout: Optional[float] = None, *,
-                  modules: Optional[tuple[str, ...]] = None) -> Executor:
-    """The executor the options ask for, started: a local cluster's workers begin importing torch
-    and ``modules`` (default: every unit kind's) now, in parallel with the caller; so call it
-    before the command's own heavy imports."""
-    from speccheck.scale.executors import ALL_MODULES, make_executor
-
-    return make_executor(workers=args.workers, scheduler=args.scheduler, progress=show_progress(args),
-                         timeout=timeout, modules=modules or ALL_MODULES).start()
 
 
 def wants_dask(args: argparse.Namespace, default_workers: int = 1) -> bool:

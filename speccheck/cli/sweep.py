@@ -1,7 +1,6 @@
 """``speccheck sweep``: a resumable (rule, K, L) speed-up sweep into the results store, one call
-of :func:`speccheck.scale.jobs.run_sweep`; the verdict is
-:func:`speccheck.scale.jobs.judge_calibration` (exit 1 when a cell contradicts its verifier's
-acceptance law, Holm over the cells)."""
+of :func:`speccheck.api.sweep`, whose verdict is :func:`speccheck.scale.jobs.judge_calibration`
+(exit 1 when a cell contradicts its verifier's acceptance law, Holm over the cells)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import argparse
 import os
 
 from speccheck.api import THEORY_ALPHA
-from speccheck.cli._executor import add_executor_args, check_name, check_store, executor_from
+from speccheck.cli._executor import add_executor_args, check_name, check_store, show_progress
 from speccheck.errors import EXIT_OK, InputError, UsageError
 
 
@@ -111,34 +110,22 @@ def _cells(args: argparse.Namespace) -> list[tuple[int, int]]:
         (k, l) for k in parse_range(args.K or ["1..7"], "K") for l in parse_range(args.L or ["2..7"], "L")]
 
 
-def _protocol(args: argparse.Namespace) -> object:
-    """The :class:`speccheck.sampler.experiments.Protocol` the options describe."""
-    from speccheck.sampler.experiments import preset
-
+def _overrides(args: argparse.Namespace) -> dict:
+    """The protocol overrides of :func:`speccheck.sampler.experiments.preset` the options give."""
     if args.steps is not None and args.steps < 2:
         raise InputError(f"--steps must be >= 2, got {args.steps}")
-    return preset(args.target, prefetch=args.prefetch, leaves=args.leaves, freeze=args.freeze, grid=args.grid,
-                  steps=args.steps, eps=args.eps, chain_match=args.chain_match, lazy=args.lazy)
+    return dict(prefetch=args.prefetch, leaves=args.leaves, freeze=args.freeze, grid=args.grid, steps=args.steps,
+                eps=args.eps, chain_match=args.chain_match, lazy=args.lazy)
 
 
-def _run_cells(args: argparse.Namespace, cells: list[tuple[int, int]]) -> tuple[str, list[dict]]:
-    """(sweep name, its rows): the missing cells run on the executor the options ask for."""
-    from speccheck.scale.executors import SWEEP_MODULES
+def _write_summary(args: argparse.Namespace, name: str) -> None:
+    """DIR/<name>/summary.csv and summary.md of every cell stored in the sweep."""
+    from speccheck.scale import jobs
 
-    executor = executor_from(args, modules=SWEEP_MODULES)  # local workers start while this process imports
-    try:
-        from speccheck.scale import jobs
-
-        proto = _protocol(args)
-        chunked = args.chunk is not None and args.chunk < args.trajectories
-        name = check_name(args.name) if args.name else (f"{proto.target}-{proto.key()}"
-                                                         + (f"-chunk{args.chunk}" if chunked else ""))
-        rows = jobs.run_sweep(proto, args.verifiers, cells, args.trajectories, args.seed, store=args.store,
-                              name=name, executor=executor, threads=args.threads, log=lambda m: print(m, flush=True),
-                              chunk=args.chunk)
-    finally:
-        executor.close()
-    return name, rows
+    folder = os.path.join(args.out, name)
+    every_cell, _ = jobs.load_sweep(args.store, name)
+    jobs.write_summary_files(every_cell, folder)
+    print(f"wrote {folder}/summary.csv, summary.md ({len(every_cell)} cells stored in the sweep)")
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -155,16 +142,17 @@ def run(args: argparse.Namespace) -> int:
     _check_alpha(args.alpha)
     if args.convert:
         return _convert(args)
-    name, rows = _run_cells(args, _cells(args))
-    from speccheck.scale import jobs
+    from speccheck.api import sweep
 
+    cells = _cells(args)
+    outcome = sweep(args.verifiers, cells, args.trajectories, target=args.target, overrides=_overrides(args),
+                    seed=args.seed, store=args.store, name=check_name(args.name) if args.name else None,
+                    chunk=args.chunk, threads=args.threads, workers=args.workers, scheduler=args.scheduler,
+                    progress=show_progress(args), alpha=args.alpha, log=lambda m: print(m, flush=True))
+    name, rows = outcome.data["name"], outcome.data["rows"]
     print(f"sweep {name!r}: {len(rows)} cells run or found in {args.store}")
     if args.out:
-        folder = os.path.join(args.out, name)
-        every_cell, _ = jobs.load_sweep(args.store, name)
-        jobs.write_summary_files(every_cell, folder)
-        print(f"wrote {folder}/summary.csv, summary.md ({len(every_cell)} cells stored in the sweep)")
-    outcome = jobs.judge_calibration(rows, args.alpha)
+        _write_summary(args, name)
     for line in outcome.lines:
         print(line)
     return outcome.exit_code
