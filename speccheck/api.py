@@ -15,12 +15,16 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from speccheck import errors
-from speccheck.validation.verdict import BatteryOutcome, judge, no_verdict
+from speccheck.validation.verdict import BatteryOutcome, CheckOutcome, judge, no_verdict
 
-__all__ = ["BatteryOutcome", "battery", "measure_acceptance", "DEFAULT_CELL_TIMEOUT_S"]
+__all__ = ["BatteryOutcome", "CheckOutcome", "battery", "calibrate", "contract_check", "e2e", "measure_acceptance",
+           "mutants", "speedup", "sweep",
+           "DEFAULT_CELL_TIMEOUT_S", "THEORY_ALPHA"]
 
 #: seconds one battery cell (a unit of work) may take before the run is stopped (no verdict)
 DEFAULT_CELL_TIMEOUT_S = 900.0
+#: false-failure rate of the theory-vs-measurement verdict of a speed-up run (``speccheck speedup``)
+THEORY_ALPHA = 1e-3
 
 
 def _options(layers: Any, Ks: Any, scale: float) -> dict:
@@ -189,3 +193,278 @@ def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, 
                          "declared": declared, "z": (a - declared) / sd if sd > 0 else math.nan,
                          "list_bound": float(list_bound_iid(np.array(delta), k))})
     return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- speed-up, contract, mutants
+def _isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str = "cpu",
+              preload: tuple[str, ...] = ("torch",)) -> dict:
+    from speccheck.isolation import run_isolated
+
+    cuda = str(device).startswith("cuda")
+    return run_isolated(job, kwargs, timeout=timeout, what=what, preload=preload,
+                        memory_fraction=None if cuda else 0.8)
+
+
+def _speedup_child(heartbeat: Callable[[str], None], *, target: str, overrides: dict, verifier: str, K: int, L: int,
+                   trajectories: int, seed: int, threads: int) -> dict:
+    """Child side of :func:`speedup` (runs the user's verifier)."""
+    import json
+
+    import torch
+
+    from speccheck.sampler.experiments import preset, speedup_run
+
+    torch.set_num_threads(threads)
+    heartbeat(f"speed-up run {verifier} K={K} L={L}")
+    proto = preset(target, **overrides)
+    out = speedup_run(proto, verifier, K, L, trajectories, seed)
+    return {"result": json.loads(json.dumps(out, default=float)), "target": proto.target}
+
+
+_SPEEDUP_KEYS = ("rule", "tree", "speedup", "speedup_se", "nfe_mean", "nfe_se", "predicted_nfe", "nfe_z",
+                 "acceptance", "calibration_z")
+
+
+def speedup(verifier: str, K: int, L: int, *, target: str = "gmm-paper", trajectories: int = 100, seed: int = 0,
+            overrides: Optional[dict] = None, threads: int = 1, alpha: float = THEORY_ALPHA,
+            timeout: float = 4 * 3600.0) -> CheckOutcome:
+    """NFE speed-up of ``verifier`` on a (K, L) tree and the mixture preset ``target`` (with the
+    protocol ``overrides`` of :func:`speccheck.sampler.experiments.preset`), run in a child process
+    bounded by ``timeout``, judged by :func:`speccheck.scale.jobs.judge_calibration` (defect:
+    the acceptance calibration z rejects the verifier's law, two-sided at ``alpha``):
+    ``data["result"]`` is :func:`speccheck.sampler.experiments.speedup_run`'s result plus
+    ``theory_consistent``, ``data["target"]`` the preset's target. A crash, hang or incomplete result raises
+    :class:`~speccheck.errors.IsolatedCodeError`."""
+    from speccheck.scale.jobs import judge_calibration
+
+    value = _isolated("speccheck.api:_speedup_child",
+                      dict(target=target, overrides=dict(overrides or {}), verifier=verifier, K=K, L=L,
+                           trajectories=trajectories, seed=seed, threads=threads),
+                      timeout=timeout, what=f"verifier {verifier!r}",
+                      preload=("torch", "speccheck.sampler.experiments"))
+    out = value.get("result")
+    if not isinstance(out, dict) or any(k not in out for k in _SPEEDUP_KEYS):
+        raise errors.IsolatedCodeError("the speed-up run returned an incomplete result; no verdict")
+    cell = {"rule": out["rule"], "K": K, "L": L, "acceptance": out["acceptance"], "calibration_z": out["calibration_z"]}
+    outcome = judge_calibration([cell], alpha)
+    outcome.data.update(result={**out, "theory_consistent": outcome.verdict == "exact"}, target=value.get("target"))
+    return outcome
+
+
+def _contract_child(heartbeat: Callable[[str], None], *, spec: str, device: str, seed: int) -> dict:
+    """Child side of :func:`contract_check`: the battery's contract layer (L0) as plain rows."""
+    from speccheck.validation.battery import load_verifier
+    from speccheck.validation.contract import contract_checks
+
+    heartbeat(f"loading verifier {spec!r}")
+    verifier = load_verifier(spec)
+    heartbeat(f"contract checks of {spec!r}")
+    rows = []
+    for r in contract_checks(verifier, device=device, seed=seed):
+        get = r.get if isinstance(r, dict) else (lambda k, default=None, _r=r: getattr(_r, k, default))
+        rows.append({"cell": str(get("cell", "")), "test": str(get("test", get("name", ""))),
+                     "passed": bool(get("passed", False)), "note": str(get("note", "") or "")})
+    return {"name": str(getattr(verifier, "name", spec)), "checks": rows}
+
+
+def contract_check(spec: str, *, device: str = "cpu", seed: int = 0, timeout: float = 300.0) -> CheckOutcome:
+    """Load ``spec`` (a name or ``package.module:attr``) in a child process and run the battery's
+    contract checks on it, judged by :func:`~speccheck.validation.verdict.judge_contract`
+    (``data``: ``name`` and the ``checks`` rows). Unloadable code raises a SpeccheckError."""
+    from speccheck.validation.verdict import judge_contract
+
+    value = _isolated("speccheck.api:_contract_child", dict(spec=spec, device=device, seed=seed),
+                      timeout=timeout, what=f"verifier {spec!r}", device=device,
+                      preload=("torch", "speccheck.validation.battery"))
+    checks = value.get("checks")
+    return judge_contract(str(value.get("name", spec)), checks if isinstance(checks, list) else [], spec)
+
+
+def _mutants_units(*, suite: str, names: Optional[list[str]], device: str, seed: Optional[int], options: dict,
+                   executor: Any, store: Optional[str]) -> dict:
+    """The kill matrix as units on ``executor`` (one per mutant): report dicts, each with the
+    unit's own ``wall_s`` (kept out of the stored result)."""
+    from speccheck.scale import jobs
+
+    unit_time: dict[str, float] = {}
+    reports = jobs.mutant_matrix(suite, names=names, device=device, seed=seed, executor=executor, store=store,
+                                 options=options,
+                                 on_outcome=lambda unit, outcome: unit_time.update({unit.key: outcome["wall_s"]}))
+    for name, rep in reports.items():
+        rep["wall_s"] = rep["cpu_s"] = unit_time.get(name, 0.0)
+    return {"mutants": reports}
+
+
+def _mutants_child(heartbeat: Callable[[str], None], *, progress: bool, **kwargs: Any) -> dict:
+    """Child side of :func:`mutants` on one process: its units one after another, a heartbeat at
+    each unit and each battery cell inside one (so ``timeout`` bounds a cell)."""
+    from speccheck.scale.executors import InProcessExecutor
+
+    return _mutants_units(executor=InProcessExecutor(progress=progress, heartbeat=heartbeat), **kwargs)
+
+
+def _wants_dask(workers: Optional[int], scheduler: Optional[str]) -> bool:
+    import os
+
+    if scheduler:
+        return True
+    if workers is None:
+        return bool(os.environ.get("DASK_SCHEDULER_ADDRESS"))
+    if workers < 1:
+        raise errors.InputError(f"--workers must be >= 1, got {workers}")
+    return workers > 1
+
+
+def _mutant_reports(raw: Any) -> dict:
+    from speccheck.validation.results import BatteryReport
+
+    if not isinstance(raw, dict):
+        return {}
+    try:
+        return {str(k): BatteryReport.from_dict(v) for k, v in raw.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise errors.IsolatedCodeError(f"the mutants: the battery returned a malformed report ({exc}); "
+                                       "no verdict") from None
+
+
+def mutants(suite: str = "gate", *, names: Optional[list[str]] = None, device: str = "cpu",
+            seed: Optional[int] = None, options: Optional[dict] = None, workers: Optional[int] = 1,
+            scheduler: Optional[str] = None, timeout: float = DEFAULT_CELL_TIMEOUT_S, store: Optional[str] = None,
+            progress: bool = False) -> CheckOutcome:
+    """The kill matrix: ``suite`` on every mutant (or ``names``), judged by
+    :func:`~speccheck.validation.verdict.judge_kill_matrix` (exact: every mutant killed);
+    ``data["reports"]``: mutant name -> BatteryReport. ``options``: the battery's selections
+    (``layers``, ``Ks``, ``scale``). On Dask when ``scheduler`` or ``workers`` > 1 (``workers``
+    None: when $DASK_SCHEDULER_ADDRESS is set), else in one child process bounded per cell by
+    ``timeout``."""
+    from speccheck.validation.verdict import judge_kill_matrix
+
+    kwargs = dict(suite=suite, names=names, device=device, seed=seed, options=dict(options or {}), store=store)
+    if _wants_dask(workers, scheduler):
+        from speccheck.scale.executors import ALL_MODULES, make_executor
+
+        executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, timeout=timeout,
+                                 modules=ALL_MODULES).start()
+        try:
+            value = _mutants_units(executor=executor, **kwargs)
+        finally:
+            executor.close()
+    else:
+        value = _isolated("speccheck.api:_mutants_child", dict(progress=progress, **kwargs), timeout=timeout,
+                          what="the mutants", device=device, preload=("torch", "speccheck.validation.battery"))
+    return judge_kill_matrix(_mutant_reports(value.get("mutants")), suite)
+
+
+def _e2e_child(heartbeat: Callable[[str], None], *, base: dict, verifiers: list[str], Ks: list[int], Ls: list[int],
+               epss: list[float], threads: Optional[int]) -> dict:
+    """Child side of :func:`e2e`: the grid of cells, reports as JSON-friendly dicts."""
+    import json
+
+    import torch
+
+    from speccheck.validation import e2e as e2e_module
+
+    if threads:
+        torch.set_num_threads(threads)
+    reports = e2e_module.run_e2e_grid(e2e_module.E2EConfig(**base), verifiers, Ks, Ls, epss, heartbeat=heartbeat,
+                                      log=lambda m: print(m, flush=True))
+    return {"reports": json.loads(json.dumps(reports, default=float))}
+
+
+def e2e(base: dict, verifiers: list[str], Ks: list[int], Ls: list[int], epss: list[float], *,
+        threads: Optional[int] = None, timeout: float = 12 * 3600.0) -> CheckOutcome:
+    """Standard vs speculative sampler on a learned model: every (eps, verifier, K, L) cell of
+    :func:`speccheck.validation.e2e.run_e2e_grid` on the config ``base`` (the fields of
+    :class:`~speccheck.validation.e2e.E2EConfig`), in a child process bounded per cell (and the
+    model load) by ``timeout``. ``data["reports"]``: one dict per cell; the verdict is
+    :func:`speccheck.validation.e2e.grid_exit_code`'s (no verdict when a cell could not run)."""
+    from speccheck.validation.verdict import VERDICTS
+
+    value = _isolated("speccheck.api:_e2e_child",
+                      dict(base=base, verifiers=list(verifiers), Ks=list(Ks), Ls=list(Ls), epss=list(epss),
+                           threads=threads),
+                      timeout=timeout, what=f"the e2e run (verifier(s) {', '.join(verifiers)})",
+                      device=str(base.get("device", "cpu")), preload=("torch", "speccheck.validation.e2e"))
+    reports = value.get("reports")
+    if not isinstance(reports, list) or not reports:
+        raise errors.IsolatedCodeError("the e2e run returned no cell reports; no verdict")
+    from speccheck.validation.e2e import grid_exit_code
+
+    verdict = {code: name for name, code in VERDICTS.items()}[grid_exit_code(reports)]
+    return CheckOutcome(verdict, f"{len(reports)} cell(s): {verdict}", {"reports": reports})
+
+
+def _calibrate_child(heartbeat: Callable[[str], None], *, progress: bool, seeds: list[int], **options: Any) -> dict:
+    """Child side of :func:`calibrate` on one process: the units one after another in this child, a
+    heartbeat at each unit and each battery cell inside one (``timeout`` bounds a cell)."""
+    from speccheck.scale import jobs
+    from speccheck.scale.executors import InProcessExecutor
+
+    executor = InProcessExecutor(progress=progress, heartbeat=heartbeat)
+    return {"summary": jobs.calibrate(seeds=range(seeds[0], seeds[1]), executor=executor, run=True, **options)}
+
+
+def calibrate(suite: str, verifiers: list[str], *, seeds: range, device: str = "cpu", store: Optional[str] = None,
+              name: Optional[str] = None, cells: bool = False, run: bool = True, workers: Optional[int] = None,
+              scheduler: Optional[str] = None, timeout: float = 3600.0, progress: bool = False) -> dict:
+    """How often do correct ``verifiers`` fail ``suite`` over ``seeds`` (a ``range``): the summary of
+    :func:`speccheck.scale.jobs.calibrate`, whose ``consistent`` is the verdict (every rule's
+    failure rate consistent with the suite's stated rate). ``run=False``: summarise the runs
+    already in ``store``. The executor is :func:`speccheck.scale.executors.make_executor`'s for
+    ``workers``/``scheduler`` (Dask bounds each unit by ``timeout``); in-process, the units run in
+    one child process bounded per battery cell by ``timeout``."""
+    from speccheck.scale import jobs
+
+    options = dict(suite=suite, verifiers=[str(v) for v in verifiers], device=device, store=store, name=name,
+                   cells=cells)
+    if not run:
+        return jobs.calibrate(seeds=seeds, executor=None, run=False, **options)
+    from speccheck.scale.executors import BATTERY_MODULES, InProcessExecutor, make_executor
+
+    # local workers start while this process imports
+    executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, timeout=timeout,
+                             modules=BATTERY_MODULES).start()
+    try:
+        if not isinstance(executor, InProcessExecutor):  # on Dask the workers isolate the rules' code
+            return jobs.calibrate(seeds=seeds, executor=executor, run=True, **options)
+    finally:
+        executor.close()
+    value = _isolated("speccheck.api:_calibrate_child",
+                      dict(progress=progress, seeds=[seeds.start, seeds.stop], **options), timeout=timeout,
+                      what=f"the calibration of {', '.join(options['verifiers'])}", device=device,
+                      preload=("torch", "speccheck.validation.battery"))
+    summary = value.get("summary")
+    if not isinstance(summary, dict) or "rules" not in summary:
+        raise errors.IsolatedCodeError("the calibration returned no summary; no verdict")
+    return summary
+
+
+def sweep(verifiers: list[str], cells: list[tuple[int, int]], trajectories: int, *, target: str = "gmm-paper",
+          overrides: Optional[dict] = None, seed: int = 0, store: Optional[str] = None, name: Optional[str] = None,
+          chunk: Optional[int] = None, threads: int = 1, workers: Optional[int] = None,
+          scheduler: Optional[str] = None, progress: bool = False, alpha: float = THEORY_ALPHA,
+          log: Optional[Callable[[str], None]] = None) -> CheckOutcome:
+    """A resumable speed-up sweep: every (verifier, K, L) of ``cells`` on the mixture preset
+    ``target`` (with the protocol ``overrides`` of :func:`speccheck.sampler.experiments.preset`),
+    ``trajectories`` per cell (in units of ``chunk`` when given), run by
+    :func:`speccheck.scale.jobs.run_sweep` into ``store`` on the executor of ``workers`` /
+    ``scheduler``; judged by :func:`speccheck.scale.jobs.judge_calibration` at ``alpha`` (Holm
+    over the cells). ``data``: ``name`` (default: target + protocol hash, ``-chunkN`` when
+    chunked) and ``rows`` (one per cell)."""
+    from speccheck.sampler.experiments import preset
+    from speccheck.scale import jobs
+    from speccheck.scale.executors import SWEEP_MODULES, make_executor
+
+    # local workers start while this process imports and plans
+    executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, modules=SWEEP_MODULES).start()
+    try:
+        proto = preset(target, **dict(overrides or {}))
+        chunked = chunk is not None and chunk < trajectories
+        name = name or f"{proto.target}-{proto.key()}" + (f"-chunk{chunk}" if chunked else "")
+        rows = jobs.run_sweep(proto, verifiers, cells, trajectories, seed, store=store, name=name, executor=executor,
+                              threads=threads, log=log, chunk=chunk)
+    finally:
+        executor.close()
+    outcome = jobs.judge_calibration(rows, alpha)
+    outcome.data.update(name=name, rows=rows)
+    return outcome

@@ -17,16 +17,14 @@ seeded through :func:`speccheck.seeding.unit_seed` or an explicit seed argument.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import importlib
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
-from speccheck.errors import EXIT_OK, InputError, LoadError
+from speccheck.errors import InputError, LoadError
 
 if TYPE_CHECKING:
     from speccheck.scale.executors import Executor
@@ -482,48 +480,25 @@ def format_list() -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- command
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``speccheck reproduce`` to the CLI's subparsers."""
-    parser = subparsers.add_parser("reproduce", help="regenerate a checked-in artefact (--list names them)",
-                                   description="Regenerate a checked-in artefact (theory tables, figures, sweeps, "
-                                               "e2e summaries, battery reports) by a thin call into the library.")
-    parser.add_argument("name", nargs="?", help="artefact to regenerate (see --list)")
-    parser.add_argument("--list", action="store_true", help="name every artefact, what it writes and its rough time")
-    parser.add_argument("--out", default=".", metavar="DIR",
-                        help="output root the artefact paths are relative to (default: the current directory, "
-                             "the repository root)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="battery-reports, kill-matrix, calibration: local worker processes for their units "
-                             "(default 1 = in this process, no Dask)")
-    parser.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
-                        help="battery-reports, kill-matrix, calibration: run their units on an existing Dask cluster")
-    parser.set_defaults(func=command)
-
-
-def command(args: argparse.Namespace) -> int:
-    """``speccheck reproduce``: exit 0 when listed or written; errors raise (exit 2)."""
-    if args.list:
-        print(format_list())
-        return EXIT_OK
-    if not args.name:
+def run_artefact(name: Optional[str], root: str | Path = ".", *, workers: int = 1, scheduler: Optional[str] = None,
+                 progress: bool = False) -> list[Path]:
+    """``speccheck reproduce NAME``: :func:`reproduce` with its options checked, the artefacts
+    whose units may run on Dask (:data:`EXECUTOR_ARTEFACTS`) on ``workers`` local processes or
+    the cluster at ``scheduler``; the paths written. Bad options raise InputError."""
+    if not name:
         raise InputError("reproduce needs an artefact NAME or --list; names: " + ", ".join(REGISTRY))
-    root = Path(args.out)
+    out, root = root, Path(root)
     if root.exists() and not root.is_dir():
-        raise InputError(f"--out {args.out!r} is a file; give a directory")
-    if args.name not in EXECUTOR_ARTEFACTS:
-        if args.workers != 1 or args.scheduler:
-            raise InputError(f"--workers/--scheduler apply only to {', '.join(EXECUTOR_ARTEFACTS)}, not {args.name!r}")
-        written = reproduce(args.name, root)
-    else:
-        from speccheck.scale.executors import make_executor
+        raise InputError(f"--out {str(out)!r} is a file; give a directory")
+    if name not in EXECUTOR_ARTEFACTS:
+        if workers != 1 or scheduler:
+            raise InputError(f"--workers/--scheduler apply only to {', '.join(EXECUTOR_ARTEFACTS)}, not {name!r}")
+        return reproduce(name, root)
+    from speccheck.scale.executors import make_executor
 
-        executor = make_executor(workers=None if args.scheduler else args.workers, scheduler=args.scheduler,
-                                 progress=True).start()  # local workers start while the artefact plans
-        try:
-            written = reproduce(args.name, root, executor=executor)
-        finally:
-            executor.close()
-    for path in written:
-        print(path, file=sys.stdout, flush=True)
-    return EXIT_OK
+    executor = make_executor(workers=None if scheduler else workers, scheduler=scheduler,
+                             progress=progress).start()  # local workers start while the artefact plans
+    try:
+        return reproduce(name, root, executor=executor)
+    finally:
+        executor.close()

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 import speccheck
-from speccheck import cli
+from speccheck.cli._output import json_text as _json_text
 from speccheck.errors import InputError
 from speccheck.validation.report import report_dict
 from tests.cli_support import run_cli, tiny_suite_text, write_suite
@@ -45,7 +45,7 @@ def test_every_path_gives_the_same_verdict_and_report(suite, rule, tmp_path, cap
     want = _plain(isolated.report.to_dict())
     assert _plain(here.report.to_dict()) == want
     assert _plain(dask.report.to_dict()) == want
-    assert _plain(command) == _plain(json.loads(cli._json_text(report_dict(isolated.report))))
+    assert _plain(command) == _plain(json.loads(_json_text(report_dict(isolated.report))))
     if rule == "dgrs":
         assert isolated.verdict == "exact" and code == 0
     else:  # the sequence layer drives one instance from K = 1 to larger K: the stale table shows, on every path

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="speccheck")
-    rp.register(parser.add_subparsers(dest="command", required=True))
+    from speccheck.cli.reproduce import add_parser
+
+    add_parser(parser.add_subparsers(dest="command", required=True))
     return parser
 
 

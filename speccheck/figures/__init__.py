@@ -204,8 +204,10 @@ def render(out_dir: str = "figures", only: Optional[Sequence[str]] = None, quick
             pass
     manifest["figures"].update(done)
     manifest["figures"] = {k: manifest["figures"][k] for k in figures() if k in manifest["figures"]}
+    from speccheck.strict_json import dumps
+
     with open(man_path, "w") as f:
-        json.dump(manifest, f, indent=2, default=_json_default)
+        f.write(dumps(manifest, indent=2, default=_json_default))
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write(gallery_markdown(json.loads(json.dumps(manifest, default=_json_default))))
     return manifest

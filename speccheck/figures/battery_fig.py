@@ -113,12 +113,11 @@ def compute_kill_matrix(cfg: FigureConfig) -> tuple[Table, list[str]]:
             notes.append(f"{name}: not run ({type(exc).__name__}: {exc})")
     notes.append(f"battery runs took {time.perf_counter() - t0:.0f} s")
     if cfg.battery_json:  # save for the next run (a cache: read when the file exists)
-        import json
-
+        from speccheck.strict_json import dumps
         from speccheck.validation.report import report_dict
 
         with open(cfg.battery_json, "w") as f:
-            json.dump({k: report_dict(r) for k, r in reports.items()}, f)
+            f.write(dumps({k: report_dict(r) for k, r in reports.items()}))
     return _kill_table(reports, kinds, kill_matrix, test_family), notes
 
 

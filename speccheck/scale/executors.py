@@ -111,21 +111,31 @@ def _keep_template_modules() -> None:
 
 
 class Progress:
-    """``[speccheck] units done/total`` on stderr (one line, rewritten), or nothing."""
+    """Units done on stderr: a tqdm bar on a terminal (shown once the job has run ~2 s), else
+    ``[label] units done/total`` log lines (about ten), or nothing when not ``enabled``."""
 
     def __init__(self, total: int, label: str, enabled: bool = True) -> None:
         self.total, self.label, self.done = total, label, 0
         self.enabled = enabled and total > 0
         self.start = time.perf_counter()
+        self._bar = None
+        if self.enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=f"[{label}] units", unit="unit", file=sys.stderr, delay=2.0,
+                             leave=False)
 
     def step(self) -> None:
         self.done += 1
         if not self.enabled:
             return
+        if self._bar is not None:
+            self._bar.update(1)
+            if self.done == self.total:
+                self._bar.close()
+            return
         line = f"[{self.label}] units {self.done}/{self.total} done ({time.perf_counter() - self.start:.0f} s)"
-        if sys.stderr.isatty():
-            print("\r" + line, end="\n" if self.done == self.total else "", file=sys.stderr, flush=True)
-        elif self.done == self.total or self.done % max(1, self.total // 10) == 0:  # a log: about ten lines
+        if self.done == self.total or self.done % max(1, self.total // 10) == 0:  # a log: about ten lines
             print(line, file=sys.stderr, flush=True)
 
 

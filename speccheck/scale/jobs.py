@@ -26,6 +26,7 @@ from speccheck.verifiers.registry import source_digest
 
 if TYPE_CHECKING:
     from speccheck.sampler.experiments import Protocol
+    from speccheck.validation.verdict import CheckOutcome
 
 StoreArg = Union[None, str, os.PathLike, ResultsStore]
 Log = Callable[[str], None]
@@ -247,6 +248,20 @@ def format_contradictions(rejected: Sequence[dict], alpha: float, m: int) -> str
                      f"{r['calibration_z']:+.2f}, |z| > {r['calibration_threshold']:.2f} "
                      f"(p = {r['calibration_p']:.2g})")
     return "\n".join(lines)
+
+
+def judge_calibration(rows: Sequence[dict], alpha: float) -> CheckOutcome:
+    """The theory-vs-measurement verdict of speed-up cells (``rule``, ``K``, ``L``,
+    ``acceptance``, ``calibration_z``): defect when :func:`calibration_contradictions` rejects a
+    cell (Holm over the cells at ``alpha``), its lines naming them; else exact. ``data``:
+    ``{"rejected": [...]}``."""
+    from speccheck.validation.verdict import CheckOutcome
+
+    rejected = calibration_contradictions(rows, alpha)
+    if rejected:
+        return CheckOutcome("defect", f"{len(rejected)} of {len(rows)} cell(s) contradict their verifier's law",
+                            {"rejected": rejected}, [format_contradictions(rejected, alpha, len(rows))])
+    return CheckOutcome("exact", "every cell's acceptance is consistent with its verifier's law", {"rejected": []})
 
 
 def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
@@ -619,13 +634,9 @@ def format_calibration(summary: dict) -> str:
 
 def finite_json(value: object) -> object:
     """``value`` with every non-finite float replaced by None (containers recursively)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return value
+    from speccheck.strict_json import finite_json as _finite
+
+    return _finite(value)
 
 
 def write_json(value: dict, path: str) -> None:

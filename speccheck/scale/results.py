@@ -158,8 +158,9 @@ def export_table(path: str, name: Optional[str] = None, rows: str = "cells") -> 
         raise InputError(f"--rows must be one of {', '.join(ROW_KINDS)}, got {rows!r}")
     units = export_rows(path, name)
     if rows == "units":
-        table = [{**u, "identity": json.dumps(u["identity"]), "result": json.dumps(u["result"], sort_keys=True)}
-                 for u in units]
+        from speccheck.strict_json import dumps
+
+        table = [{**u, "identity": dumps(u["identity"]), "result": dumps(u["result"], sort_keys=True)} for u in units]
         return pd.DataFrame(table, columns=EXPORT_FIELDS).infer_objects()
     if rows == "trajectories":
         table = [r for u in units if u["kind"] == "sweep" for r in _trajectory_rows(u["job"], u)]
@@ -190,11 +191,13 @@ def export(path: str, name: Optional[str] = None, *, fmt: str = "csv", out: Opti
         raise InputError(f"--format must be csv, json or parquet, got {fmt!r}")
     if rows != "units":
         return _write_table(export_table(path, name, rows), fmt, out)
+    from speccheck.strict_json import dumps
+
     rows = export_rows(path, name)
     if fmt == "json":
-        text = json.dumps(rows, indent=1) + "\n"
+        text = dumps(rows, indent=1) + "\n"
     else:
-        flat = [{**r, "identity": json.dumps(r["identity"]), "result": json.dumps(r["result"], sort_keys=True)}
+        flat = [{**r, "identity": dumps(r["identity"]), "result": dumps(r["result"], sort_keys=True)}
                 for r in rows]
         if fmt == "parquet":
             if not out:

@@ -20,6 +20,8 @@ with a note naming ``--mcrs``; ``mcrs=True`` always solves it, ``False`` never.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -58,14 +60,16 @@ def rass_budget(K: int) -> int | None:
     return None if K <= RASS_FULL_K else next(v for k, v in RASS_BUDGET_ROUNDS.items() if K <= k)
 
 
-def theory_table(deltas: ArrayLike, Ks: ArrayLike, mcrs_G: int | None = 64, *, mcrs: str | bool = "auto") -> list[dict]:
+def theory_table(deltas: ArrayLike, Ks: ArrayLike, mcrs_G: int | None = 64, *, mcrs: str | bool = "auto",
+                 on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Rows with RMC (K = 1 rule, for reference), D-GRS, optimal-RASS acceptance with its
     certified gap (absolute, and relative to min(A, 1 - A): ``rass_relative_gap``; both exactly
     those of ``rank_weight_solution(delta, K, max_iter=rass_budget(K))``, ``rass_max_iter``), MCRS (policy on
     ``mcrs_G`` cells, evaluated exactly; see ``mcrs``), both
     bounds, RASS's gap to the i.i.d.-list bound and the share of it MCRS closes, the weights.
 
-    deltas finite >= 0; Ks integers in 1..128; mcrs in {"auto", True, False}."""
+    deltas finite >= 0; Ks integers in 1..128; mcrs in {"auto", True, False}; ``on_row(row)`` is
+    called as each row is done (a progress bar)."""
     if mcrs not in ("auto", True, False):
         raise InputError(f"mcrs must be 'auto', True or False, got mcrs={mcrs!r}")
     d_arr = check_delta(np.atleast_1d(np.asarray(deltas, dtype=np.float64)))
@@ -109,6 +113,8 @@ def theory_table(deltas: ArrayLike, Ks: ArrayLike, mcrs_G: int | None = 64, *, m
                 "quadrature_loss": 0.0,
                 "note": note,
             })
+            if on_row is not None:
+                on_row(rows[-1])
     return rows
 
 

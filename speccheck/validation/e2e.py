@@ -23,7 +23,6 @@ fewer than 2 samples, both exactness tests off) are refused up front with InputE
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -514,10 +513,12 @@ def format_report(r: dict) -> str:
 
 
 def write_json(report: dict | list, path: str) -> None:
-    """Write ``report`` (one cell or a list) as JSON, creating the folder."""
+    """Write ``report`` (one cell or a list) as strict JSON (non-finite floats as null), creating the folder."""
+    from speccheck.strict_json import dumps
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(report, f, indent=2, default=float)
+        f.write(dumps(report, indent=2, default=float))
 
 
 def markdown_table(reports: list[dict]) -> str:

@@ -3,7 +3,6 @@ the mutant kill matrix."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -135,8 +134,11 @@ def report_dict(rep: BatteryReport) -> dict:
 
 
 def write_json(rep: BatteryReport, path: str) -> None:
+    """``rep`` as indented strict JSON at ``path`` (non-finite floats as null)."""
+    from speccheck.strict_json import dumps
+
     with open(path, "w") as fh:
-        json.dump(report_dict(rep), fh, indent=2)
+        fh.write(dumps(report_dict(rep), indent=2))
 
 
 # characters XML 1.0 does not allow in a document, even escaped (its Char production)

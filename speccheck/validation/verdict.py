@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from speccheck.errors import EXIT_CANNOT_RUN, EXIT_DEFECT, EXIT_OK
 from speccheck.validation.results import LAYERS, BatteryReport, TestResult
 
-__all__ = ["MDD_FLOOR", "VERDICTS", "BatteryOutcome", "judge", "no_verdict", "resource_failures"]
+__all__ = ["MDD_FLOOR", "VERDICTS", "BatteryOutcome", "judge", "no_verdict", "resource_failures",
+           "CheckOutcome", "judge_contract", "judge_kill_matrix"]
 
 #: verdicts and their exit codes
 VERDICTS = {"exact": EXIT_OK, "defect": EXIT_DEFECT, "no_verdict": EXIT_CANNOT_RUN}
@@ -105,3 +106,54 @@ def judge(report: BatteryReport, *, mdd_floor: float = MDD_FLOOR) -> BatteryOutc
                                             f"floor {mdd_floor:g} (scale {report.scale:g}); a pass here would "
                                             "prove nothing: raise --scale", report, mdds)
     return BatteryOutcome("exact", f"{len(report.results)} tests passed ({n_stat} statistical)", report, mdds)
+
+
+# ----------------------------------------------------------------------------- other jobs' verdicts
+@dataclass
+class CheckOutcome:
+    """The verdict of a job other than one battery run (a contract check, a kill matrix, a
+    speed-up run or sweep: :func:`speccheck.scale.jobs.judge_calibration`): ``verdict`` (exact /
+    defect / no_verdict, exit codes as for a battery), ``reason`` in one line, ``lines`` to print
+    after the job's own output (the failures), and ``data``: what the job returned."""
+
+    verdict: str
+    reason: str
+    data: dict = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return VERDICTS[self.verdict]
+
+
+def judge_contract(name: str, checks: list[dict], spec: str) -> CheckOutcome:
+    """A contract check's verdict from its rows (``cell``, ``test``, ``passed``, ``note``): no
+    verdict when none ran or a failure is an out-of-memory; else defect when any failed."""
+    if not checks:
+        return CheckOutcome("no_verdict", f"no contract check could be run on {spec!r} (does supports_K accept "
+                                          "any K?)")
+    failed = [c for c in checks if not c.get("passed")]
+    oom = next((c for c in failed if "MemoryError" in c.get("note", "")), None)
+    if oom is not None:
+        return CheckOutcome("no_verdict", f"verifier {spec!r} ran out of memory ({oom['note']}); no verdict")
+    data = {"name": name, "checks": checks}
+    if failed:
+        lines = [f"FAIL {c['cell']} {c['test']}: {c['note']}" for c in failed]
+        return CheckOutcome("defect", f"{name}: {len(failed)} of {len(checks)} contract checks FAILED", data, lines)
+    return CheckOutcome("exact", f"{name}: ok ({len(checks)} contract checks passed)", data)
+
+
+def judge_kill_matrix(reports: dict[str, BatteryReport], suite: str) -> CheckOutcome:
+    """A kill matrix's verdict: exact (the suite has power) when every mutant is killed (fails the
+    suite); defect when one survives; no verdict when no mutant ran or one ran no test."""
+    if not reports:
+        return CheckOutcome("no_verdict", "no mutant was run (the suite has no layer the selected mutants can be "
+                                          "tested on)")
+    empty = [k for k, rep in reports.items() if not rep.results]
+    if empty:
+        return CheckOutcome("no_verdict", f"suite {suite!r} ran no test on mutant(s) {empty}; no verdict")
+    survivors = [k for k, rep in reports.items() if rep.passed]
+    data = {"reports": reports, "survivors": survivors}
+    if survivors:
+        return CheckOutcome("defect", f"{len(survivors)} of {len(reports)} mutant(s) survived: {survivors}", data)
+    return CheckOutcome("exact", f"all {len(reports)} mutants killed", data)

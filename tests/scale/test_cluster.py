@@ -40,7 +40,7 @@ def _speccheck_argv() -> list[str]:
             return [sys.executable, "-m", "speccheck.cli"]
     except Exception:  # noqa: BLE001 - any CLI state: fall back to the module itself
         pass
-    return [sys.executable, "-m", "speccheck.scale.commands"]
+    return [sys.executable, "-m", "speccheck.cli"]
 
 
 def _docs_example() -> list[str]:

@@ -84,7 +84,7 @@ def test_executor_choice(monkeypatch):
 def test_in_process_path_does_not_import_dask():
     import subprocess
 
-    code = ("import sys; from speccheck.scale.commands import main; "
+    code = ("import sys; from speccheck.cli import main; "
             "rc = main(['sweep', '--verifiers', 'dgrs', '--cells', '1x2', '--trajectories', '2', '--steps', '4', "
             "'--store', sys.argv[1], '--workers', '1', '--no-progress']); "
             "assert rc == 0, rc; assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'dask'")

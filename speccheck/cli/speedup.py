@@ -1,0 +1,111 @@
+"""``speccheck speedup``: one speed-up run and its theory check, one call of
+:func:`speccheck.api.speedup` (the verdict: :func:`speccheck.scale.jobs.judge_calibration`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from speccheck.api import THEORY_ALPHA
+from speccheck.cli._options import (
+    MAX_K,
+    MAX_L,
+    MAX_TREE_NODES,
+    TIMEOUT_SPEEDUP_S,
+    add_timeout,
+    check_float,
+    check_int,
+    check_memory,
+    check_seed,
+    check_timeout,
+    check_tree,
+)
+from speccheck.cli._output import json_text
+
+
+def _add_protocol_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="gmm-paper", choices=["gmm-paper", "gmm-d512"],
+                   help="preset (gmm-paper: d=500, eps=0.1, uniform grid, leaves evaluated; gmm-d512: "
+                        "d=512, eps=0.06, flow grid with deterministic ends, leaves not evaluated)")
+    p.add_argument("--trajectories", type=int, default=100, help="in [2, 100000]")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=None,
+                   help="realise only visited branches (same law and NFE); default: lazy when the tree has "
+                        "more than 20000 nodes")
+    p.add_argument("--prefetch", choices=["nearest", "parent", "none"], default=None)
+    p.add_argument("--leaves", action=argparse.BooleanOptionalAction, default=None,
+                   help="evaluate leaves too (|V| rows per round) or not (|I| rows)")
+    p.add_argument("--freeze", choices=["drift", "velocity", "denoised"], default=None)
+    p.add_argument("--grid", choices=["uniform", "shifted", "flow", "edm"], default=None)
+    p.add_argument("--steps", type=int, default=None, help="grid steps, in [2, 10000]")
+    p.add_argument("--eps", type=float, default=None, help="churn, in (0, 1)")
+    p.add_argument("--chain-match", choices=["budget", "rows"], default=None,
+                   help="chain compared with a (K, L) tree: same drafted budget B or same rows")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads, in [1, 256] (default 1)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``speedup`` to the sub-parsers."""
+    p = sub.add_parser("speedup", help="NFE speed-up of the speculative sampler on a mixture preset, "
+                                       "with theory-vs-measurement checks")
+    p.add_argument("--verifier", default="dgrs", help="name or package.module:attr")
+    p.add_argument("--K", type=int, default=6, help=f"draft width, in [1, {MAX_K}]")
+    p.add_argument("--L", type=int, default=6, help=f"draft depth, in [1, {MAX_L}]; |V| <= {MAX_TREE_NODES}")
+    _add_protocol_args(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--alpha", type=float, default=THEORY_ALPHA,
+                   help="false-failure rate of the theory check: exit 1 when the acceptance calibration z rejects "
+                        f"the verifier's acceptance law (two-sided), in (0, 1) (default {THEORY_ALPHA:g})")
+    add_timeout(p, "speed-up run", TIMEOUT_SPEEDUP_S)
+    p.set_defaults(func=run)
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    """Validate every speedup option; return the protocol overrides (JSON-friendly)."""
+    check_int(args.K, "--K", 1, MAX_K)
+    check_int(args.L, "--L", 1, MAX_L)
+    nodes = check_tree(args.K, args.L, " (|V| = sum of K^l for l <= L); choose a smaller K or L")
+    check_int(args.trajectories, "--trajectories", 2, 100_000)
+    check_seed(args.seed)
+    check_int(args.threads, "--threads", 1, 256)
+    if args.steps is not None:
+        check_int(args.steps, "--steps", 2, 10_000)
+    if args.eps is not None:
+        check_float(args.eps, "--eps", 0.0, 1.0, low_open=True, high_open=True)
+    check_timeout(args.timeout)
+    check_float(args.alpha, "--alpha", 0.0, 1.0, low_open=True, high_open=True)
+    lazy = nodes > 20_000 if args.lazy is None else args.lazy
+    rows = args.K * args.L + 1 if lazy else nodes   # rows realised per round and trajectory
+    check_memory(8.0 * 4 * args.trajectories * rows * 512, f"--trajectories {args.trajectories} with "
+                 f"--K {args.K} --L {args.L}{'' if lazy else ' (not lazy)'}")
+    return dict(prefetch=args.prefetch, leaves=args.leaves, freeze=args.freeze, grid=args.grid, steps=args.steps,
+                eps=args.eps, chain_match=args.chain_match, lazy=lazy)
+
+
+def _print_table(out: dict, target: object) -> None:
+    print(f"{out['rule']} {out['tree']} on {target}: speed-up {out['speedup']:.3f} +- "
+          f"{out['speedup_se']:.3f} (stochastic steps / target calls, warm-up included; "
+          f"without warm-up {out.get('speedup_no_warmup', float('nan')):.3f})")
+    print(f"  NFE {out['nfe_mean']:.2f} +- {out['nfe_se']:.2f}, predicted {out['predicted_nfe']:.2f} "
+          f"(z = {out['nfe_z']:+.2f}); acceptance {out['acceptance']:.3f}, calibration z = "
+          f"{out['calibration_z']:+.2f}; deterministic steps/trajectory {out.get('det_calls_mean', 0):.0f}")
+    print(f"  protocol: {json.dumps(out.get('protocol'))}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the run (table or JSON) and any contradiction; exit 1 when theory is contradicted."""
+    from speccheck.api import speedup
+
+    overrides = _overrides(args)
+    outcome = speedup(args.verifier, args.K, args.L, target=args.target, trajectories=args.trajectories,
+                      seed=args.seed, overrides=overrides, threads=args.threads, alpha=args.alpha,
+                      timeout=args.timeout)
+    out = outcome.data["result"]
+    if args.json:
+        print(json_text(out))
+    else:
+        _print_table(out, outcome.data["target"])
+    for line in outcome.lines:
+        print(line, file=sys.stdout if not args.json else sys.stderr)
+    return outcome.exit_code
