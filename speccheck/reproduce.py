@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import importlib
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
