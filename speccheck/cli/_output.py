@@ -3,6 +3,7 @@ progress bar may be drawn."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -24,11 +25,12 @@ def json_text(obj: Any) -> str:
     return dumps(obj, default=float, indent=2)
 
 
-def write_text(path: str, text: str, option: str) -> None:
+def write_text(path: str, text: str | bytes, option: str) -> None:
     """Write atomically (temporary file + rename); an OSError becomes exit 2 naming ``option``."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".speccheck-", delete=False) as fh:
+        mode = "wb" if isinstance(text, bytes) else "w"
+        with tempfile.NamedTemporaryFile(mode, dir=folder, prefix=".speccheck-", delete=False) as fh:
             fh.write(text)
             tmp = fh.name
         os.replace(tmp, path)
@@ -56,3 +58,9 @@ def progress_wanted(quiet: bool = False) -> bool:
         return False
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """A battery's progress bar for a suite bigger than smoke, unless --no-progress / --quiet /
+    not a terminal."""
+    return not args.no_progress and args.suite != "smoke" and progress_wanted(args.quiet)

@@ -23,7 +23,7 @@ from speccheck.cli._options import (
     check_timeout,
     check_values,
 )
-from speccheck.cli._output import progress_wanted, write_json, write_text
+from speccheck.cli._output import show_progress, write_json, write_text
 from speccheck.errors import UsageError
 
 
@@ -36,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help=f"replace the suite's fixed seed (in [0, {MAX_SEED}])")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--junit", metavar="PATH", help="write the report as JUnit XML")
+    p.add_argument("--html", metavar="PATH", help="write the report as one HTML page (figure, failing tests)")
+    p.add_argument("--plot", metavar="PATH", help="write the figure (measured vs declared acceptance, PIT) as PNG")
     p.add_argument("--mutants", action="store_true", help="run the suite on every mutant; print the kill matrix")
     p.add_argument("--mutant", action="append", default=None, metavar="NAME", help="with --mutants: only these")
     p.add_argument("--failures-only", action="store_true", help="table: only the failed tests")
@@ -81,13 +83,12 @@ def _check(args: argparse.Namespace) -> None:
     check_cuda_available(check_device_name(args.device))
     check_output_file(args.json, "--json")
     check_output_file(args.junit, "--junit")
+    check_output_file(args.html, "--html")
+    check_output_file(args.plot, "--plot")
+    if args.mutants and (args.html or args.plot):
+        raise UsageError("--html and --plot draw one verifier's report; with --mutants use --json")
     if args.store is not None:
         check_output_file(args.store, "--store")
-
-
-def show_progress(args: argparse.Namespace) -> bool:
-    """A progress bar for a suite bigger than smoke, unless --no-progress / --quiet / not a terminal."""
-    return not args.no_progress and args.suite != "smoke" and progress_wanted(args.quiet)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,4 +119,11 @@ def _report(args: argparse.Namespace, outcome: object) -> int:
         write_json(args.json, report_dict(rep), "--json")
     if args.junit:
         write_text(args.junit, '<?xml version="1.0" encoding="UTF-8"?>\n' + junit_xml(rep), "--junit")
+    if args.html or args.plot:
+        from speccheck.figures import report_fig
+
+        if args.html:
+            write_text(args.html, report_fig.report_html(rep), "--html")
+        if args.plot:
+            write_text(args.plot, report_fig.report_png(rep), "--plot")
     return outcome.exit_code

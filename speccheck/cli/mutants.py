@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 
-from speccheck.cli._output import write_json
+from speccheck.cli._output import show_progress, write_json
 from speccheck.errors import InputError
 
 
 def run(args: argparse.Namespace, extra: dict) -> int:
     """Print the kill matrix and write --json; the verdict's exit code (no verdict: exit 2)."""
     from speccheck.api import mutants
-    from speccheck.cli.battery import show_progress
     from speccheck.validation.report import format_kill_matrix, report_dict
 
     outcome = mutants(args.suite, names=args.mutant, device=args.device, seed=args.seed, options=extra,

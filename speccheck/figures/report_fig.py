@@ -97,11 +97,15 @@ def draw_report_figure(data: FigureData) -> Figure:
     return fig
 
 
+def report_png(report: Any) -> bytes:
+    """The figure of ``report`` as PNG bytes."""
+    return _png_bytes(draw_report_figure(compute_report_figure(report)))
+
+
 def save_report_png(report: Any, path: str) -> str:
     """The figure of ``report`` as a PNG at ``path``."""
-    png = _png_bytes(draw_report_figure(compute_report_figure(report)))
     with open(path, "wb") as handle:
-        handle.write(png)
+        handle.write(report_png(report))
     return path
 
 

@@ -56,3 +56,25 @@ def test_png_and_html_are_written_and_the_html_is_self_contained(tmp_path):
     (src,) = parser.sources
     assert src.startswith("data:image/png;base64,")
     assert base64.b64decode(src.split(",", 1)[1])[:4] == b"\x89PNG"
+
+
+def test_the_battery_command_writes_the_html_page_and_the_plot(tmp_path, capsys):
+    """``speccheck battery --html PATH --plot PATH``: a biased rule's page lists its failing tests
+    and inlines the figure; the exit code is the verdict's (1), whatever is drawn."""
+    from tests.cli_support import run_cli, tiny_suite_text, write_suite
+
+    suite = write_suite(tmp_path, tiny_suite_text("fig"))
+    page, png = tmp_path / "r.html", tmp_path / "r.png"
+    code, _, err = run_cli(["battery", "--verifier", "tests.api_rules:Biased", "--suite", suite, "--html", str(page),
+                            "--plot", str(png), "--no-progress"], capsys)
+    assert code == 1, err
+    text = page.read_text()
+    assert "FAIL" in text and "data:image/png;base64," in text and "<td>L1</td>" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "a-file").write_text("")
+    code, _, err = run_cli(["battery", "--verifier", "dgrs", "--suite", suite, "--html",
+                            str(tmp_path / "a-file" / "r.html"), "--no-progress"], capsys)
+    assert code == 2 and "--html" in err  # checked before any work
+    code, _, err = run_cli(["battery", "--verifier", "dgrs", "--suite", suite, "--html", str(page), "--plot",
+                            str(page)], capsys)
+    assert code == 2 and "--plot" in err and "--html" in err
