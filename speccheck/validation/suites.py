@@ -36,6 +36,8 @@ A suite names its seed, family-wise false-failure rate, and the size of each lay
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -331,11 +333,19 @@ def load_suite(name_or_path: str) -> Suite:
     Raises :class:`speccheck.errors.LoadError` naming the file or listing the known suites."""
     p = find_suite(name_or_path)
     with open(p, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise LoadError(f"suite file {p} is not valid TOML: {exc}") from exc
+        raw = fh.read()
+    return copy.deepcopy(_parsed(raw, p.stem, str(p)))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(raw: bytes, stem: str, path: str) -> Suite:
+    """A suite file's content parsed once per content (a run reads its suite in several places;
+    callers get copies, so none can change another's)."""
     try:
-        return parse_suite(data, p.stem, str(p))
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise LoadError(f"suite file {path} is not valid TOML: {exc}") from exc
+    try:
+        return parse_suite(data, stem, path)
     except LoadError as exc:
-        raise LoadError(f"suite file {p}: {exc}") from None
+        raise LoadError(f"suite file {path}: {exc}") from None

@@ -112,3 +112,11 @@ def test_version_in_process(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"speccheck {__version__}"
+
+
+def test_the_command_and_the_library_cap_draft_trees_alike():
+    """One tree-size limit (issue 28.1: 400,000 in the command vs 1,000,000 in the sampler)."""
+    from speccheck.cli._options import MAX_TREE_NODES as command_cap
+    from speccheck.sampler.tree import MAX_TREE_NODES as library_cap
+
+    assert command_cap == library_cap

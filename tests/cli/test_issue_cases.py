@@ -29,7 +29,7 @@ def run(argv):
     (["speedup", "--K", "0"], "--K must be"),
     (["speedup", "--eps", "0"], "--eps must be a finite number in (0, 1)"),
     (["speedup", "--K", "100000", "--L", "2"], "--K"),
-    (["speedup", "--K", "128", "--L", "64"], "400000 nodes"),
+    (["speedup", "--K", "128", "--L", "64"], "1000000 nodes"),
     (["e2e", "--model", "digits-edm", "--no-innovation", "--no-two-sample"], "--no-innovation"),
     (["e2e", "--model", "digits-edm", "--n-perm", "0"], "--n-perm"),
     (["e2e", "--model", "digits-edm", "--samples", "0"], "--samples"),

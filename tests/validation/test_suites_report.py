@@ -126,3 +126,21 @@ def test_kill_matrix_names_where_a_mutant_was_confirmed(tiny):
     bad = run_battery(ReferenceRMC("reflect_delta"), tiny(deltas=(2.0,), Ks=(1,)))
     txt = format_kill_matrix({"rmc-reflect_delta": bad})
     assert "1/1 mutants killed" in txt and "at delta 2, K=1" in txt
+
+
+def test_a_battery_run_parses_its_suite_once_and_callers_get_copies(monkeypatch):
+    """Issue 28.1: the suite is parsed once per content (it was ~50 times per gate run); every
+    load_suite returns its own copy, so a caller that changes one cannot change another's."""
+    import speccheck
+    from speccheck.validation import suites
+
+    suites._parsed.cache_clear()
+    calls = []
+    real = suites.parse_suite
+    monkeypatch.setattr(suites, "parse_suite", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
+    assert speccheck.battery("rmc", "smoke", isolate=False, layers=["L0", "L1"]).verdict == "exact"
+    assert len(calls) == 1
+    first, second = suites.load_suite("smoke"), suites.load_suite("smoke")
+    assert first == second and first is not second
+    first.scalar.n = 7
+    assert suites.load_suite("smoke").scalar.n == second.scalar.n != 7
