@@ -483,6 +483,16 @@ def grid_start(delta: Tensor) -> Tensor:
     return torch.floor((delta - WINDOW) / CELL)
 
 
+BLOCK_CELLS = 2048  # CPU: grid cells per block of the grid path's elementwise passes (temporaries in cache)
+
+
+def _block(n: int, size: int, device: torch.device) -> int:
+    """Block length for ``n`` items: ``size`` on the CPU (the ~20 elementwise passes over a block
+    stay in cache: ~2x faster than whole-array passes, and bit-identical, every op being
+    elementwise); on an accelerator the whole array (launches stay independent of n)."""
+    return max(1, size) if device.type == "cpu" else max(n, 1)
+
+
 def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: GridLogB
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`_cell_tables` on the absolute grid window [k0 CELL, (k0 + N_GRID_CELLS) CELL]
@@ -500,7 +510,12 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     gx, gw, _, _ = _consts(delta_u.device)
     k0 = grid_start(delta_u)
     edges = (k0[:, None] + torch.arange(N_GRID_CELLS + 1, dtype=torch.float64, device=k0.device)) * CELL
-    h_edges = log_ratio(edges, delta_u[:, None], grid.edges(k0, groups))
+    U = delta_u.shape[0]
+    h_edges = torch.empty_like(edges)
+    step = _block(U, BLOCK_CELLS * N_GL // N_GRID_CELLS, delta_u.device)  # ~ as many elements as a cell block
+    for i in range(0, U, step):
+        h_edges[i:i + step] = log_ratio(edges[i:i + step], delta_u[i:i + step, None],
+                                        grid.edges(k0[i:i + step], groups[i:i + step]))
     pos = h_edges > 0
     pa, pb = pos[:, :-1], pos[:, 1:]
     ea, eb = edges[:, :-1], edges[:, 1:]
@@ -519,12 +534,20 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     live_index = torch.zeros(live.shape, dtype=torch.long, device=delta_u.device)
     live_index[lu, lj] = torch.arange(n_near + n_far, device=delta_u.device)
     # near cells: GL nodes of the whole cell, log B from the tables; far cells: r = q exactly
+    # (on the CPU in blocks of BLOCK_CELLS cells, whose temporaries stay in cache: same values)
     k_near, k_far = k0[nu] + nj.to(torch.float64), k0[fu] + fj.to(torch.float64)
-    r_near = residual_density(grid_nodes(k_near), delta_u[nu][:, None], grid.nodes(k_near, groups[nu]))
-    z_far = grid_nodes(k_far) - delta_u[fu][:, None]
-    r_far = torch.exp(torch.addcmul(torch.full((), -LOG_SQRT_2PI, dtype=z_far.dtype, device=z_far.device),
-                                    z_far, z_far, value=-0.5))
-    r_live = torch.cat([r_near, r_far])
+    r_live = torch.empty((n_near + n_far, N_GL), dtype=torch.float64, device=delta_u.device)
+    step = _block(n_near, BLOCK_CELLS, delta_u.device)
+    for i in range(0, n_near, step):
+        k_b, u_b = k_near[i:i + step], nu[i:i + step]
+        r_b = residual_density(grid_nodes(k_b), delta_u[u_b][:, None], grid.nodes(k_b, groups[u_b]))
+        r_live[i:i + r_b.shape[0]] = r_b
+    minus_log_sqrt_2pi = torch.full((), -LOG_SQRT_2PI, dtype=torch.float64, device=delta_u.device)
+    step = _block(n_far, BLOCK_CELLS, delta_u.device)
+    for i in range(0, n_far, step):
+        z_far = grid_nodes(k_far[i:i + step]) - delta_u[fu[i:i + step]][:, None]
+        r_b = torch.exp(torch.addcmul(minus_log_sqrt_2pi, z_far, z_far, value=-0.5))
+        r_live[n_near + i:n_near + i + r_b.shape[0]] = r_b
     # crossing cells: bracket the root between two of the cell's 10 points (ends and GL nodes,
     # h from the tables), refine it (Illinois), then the nodes of [ea, root] or [root, eb]
     ea_c, eb_c, pa_c, pb_c = ea[cu, cj], eb[cu, cj], pa[cu, cj], pb[cu, cj]
