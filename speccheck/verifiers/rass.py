@@ -309,6 +309,12 @@ def _poly(left_c: Tensor, right_c: Tensor, host: tuple | None, left: Tensor, x: 
             f = torch.addcmul(lf * (hi - lo) + lo if hi != lo else torch.full_like(x, lo), f, x)
         return f
     K = left_c.shape[-1]
+    if x.shape[-1] == 1:  # one point per row: select all K coefficients at once (K + 1 ops, not 2K)
+        c = torch.where(left, left_c, right_c)
+        f = c[:, K - 1:K]
+        for i in range(K - 2, -1, -1):
+            f = torch.addcmul(c[:, i:i + 1], f, x)
+        return f
     f = torch.where(left, left_c[:, K - 1:K], right_c[:, K - 1:K])
     for i in range(K - 2, -1, -1):
         f = torch.addcmul(torch.where(left, left_c[:, i:i + 1], right_c[:, i:i + 1]), f, x)
@@ -341,6 +347,12 @@ def log_mix_rows(s: Tensor, mix: Mix, rows: Tensor | None) -> Tensor:
     return torch.where(D.abs() < 0.5, torch.log1p(D), log_b)
 
 
+def gather_mix(mix: Mix, rows: Tensor) -> Mix:
+    """The coefficients of groups ``rows[n]``, one row each (for :func:`log_mix_rows` with rows=None)."""
+    return Mix(mix.left[rows], mix.right[rows], mix.j0[rows], None if mix.Ad is None else mix.Ad[rows],
+               mix.cum, None, mix.any_shift)
+
+
 def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """(log B, B - 1) at s [n, m] as :func:`log_mix_rows` computes them before it picks one:
     log B from the shifted polynomial, B - 1 from the ``mix.Ad`` coefficients (None without them)."""
@@ -349,8 +361,7 @@ def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Ten
         return torch.zeros_like(s), (torch.zeros_like(s) if mix.Ad is not None else None)
     host = mix.host if rows is None else None
     if host is None and rows is not None:
-        mix = Mix(mix.left[rows], mix.right[rows], mix.j0[rows], None if mix.Ad is None else mix.Ad[rows],
-                  mix.cum, None, mix.any_shift)
+        mix = gather_mix(mix, rows)
     # one erfc: the smaller of u = Phi(s) and 1 - u is the tail Phi(-|s|), the larger 1 - that
     small = 0.5 * torch.special.erfc(s.abs() * _special.SQRT1_2)
     left = s <= 0  # u <= 1 - u
@@ -674,8 +685,14 @@ class RASS(ScalarVerifier):
         K = mix.left.shape[1]
         grid = None if d_host is None or single else grid_log_b_fn(d_host, K, delta_u.device)
 
+        gathered: list = []  # (groups, their coefficients): the crossing search reads the same rows 9 times
+
         def log_b_groups(x, g):
-            return log_mix_rows(x, mix, None if single else g)
+            if single:
+                return log_mix_rows(x, mix, None)
+            if not gathered or gathered[0] is not g:
+                gathered[:] = [g, gather_mix(mix, g)]
+            return log_mix_rows(x, gathered[1], None)
 
         if self.residual == "icdf":
             return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K, grid_log_b=grid)
