@@ -512,27 +512,30 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     edges = (k0[:, None] + torch.arange(N_GRID_CELLS + 1, dtype=torch.float64, device=k0.device)) * CELL
     U = delta_u.shape[0]
     h_edges = torch.empty_like(edges)
+    # far: h >= delta (s - delta/2) - sup log B, increasing in s, so its value at ea bounds the cell
+    far = torch.zeros((U, N_GRID_CELLS), dtype=torch.bool, device=delta_u.device)
     step = _block(U, BLOCK_CELLS * N_GL // N_GRID_CELLS, delta_u.device)  # ~ as many elements as a cell block
     for i in range(0, U, step):
-        h_edges[i:i + step] = log_ratio(edges[i:i + step], delta_u[i:i + step, None],
-                                        grid.edges(k0[i:i + step], groups[i:i + step]))
+        e_b, d_b = edges[i:i + step], delta_u[i:i + step, None]
+        h_edges[i:i + step] = log_ratio(e_b, d_b, grid.edges(k0[i:i + step], groups[i:i + step]))
+        if grid.log_b_max is not None:
+            far[i:i + step] = d_b * (e_b[:, :-1] - 0.5 * d_b) - grid.log_b_max > FAR_H
     pos = h_edges > 0
     pa, pb = pos[:, :-1], pos[:, 1:]
     ea, eb = edges[:, :-1], edges[:, 1:]
     live, cross = pa | pb, pa != pb
-    if grid.log_b_max is None:
-        far = torch.zeros_like(live)
-    else:  # h >= delta (s - delta/2) - sup log B, increasing in s: its value at ea bounds the cell
-        far = live & (delta_u[:, None] * (ea - 0.5 * delta_u[:, None]) - grid.log_b_max > FAR_H)
+    far &= live
     near = live & ~far
     counts = torch.stack([torch.count_nonzero(near), torch.count_nonzero(far), torch.count_nonzero(cross)])
     n_near, n_far, n_cross = counts.tolist()
     nu, nj = torch.nonzero_static(near, size=n_near).unbind(1)
     fu, fj = torch.nonzero_static(far, size=n_far).unbind(1)
     cu, cj = torch.nonzero_static(cross, size=n_cross).unbind(1)
-    lu, lj = torch.cat([nu, fu]), torch.cat([nj, fj])  # the live cells: near ones first
-    live_index = torch.zeros(live.shape, dtype=torch.long, device=delta_u.device)
-    live_index[lu, lj] = torch.arange(n_near + n_far, device=delta_u.device)
+    # the live cells (near ones first) by their flat index in [U, N_GRID_CELLS]: one-index puts
+    flat_live = torch.cat([nu, fu]) * N_GRID_CELLS + torch.cat([nj, fj])
+    live_index = torch.zeros(U * N_GRID_CELLS, dtype=torch.long, device=delta_u.device)
+    live_index[flat_live] = torch.arange(n_near + n_far, device=delta_u.device)
+    live_index = live_index.view(U, N_GRID_CELLS)
     # near cells: GL nodes of the whole cell, log B from the tables; far cells: r = q exactly
     # (on the CPU in blocks of BLOCK_CELLS cells, whose temporaries stay in cache: same values)
     k_near, k_far = k0[nu] + nj.to(torch.float64), k0[fu] + fj.to(torch.float64)
@@ -573,8 +576,9 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     # CELL = 2^-5, so eb - ea is exact), the crossing cells' own
     half = torch.full((n_near + n_far,), 0.5 * CELL, dtype=torch.float64, device=delta_u.device)
     half[row_c] = 0.5 * (b_c - a_c)
-    mass = torch.zeros(live.shape, dtype=torch.float64, device=delta_u.device)
-    mass[lu, lj] = half * (r_live @ gw)
+    mass = torch.zeros(U * N_GRID_CELLS, dtype=torch.float64, device=delta_u.device)
+    mass[flat_live] = half * (r_live @ gw)
+    mass = mass.view(U, N_GRID_CELLS)
     cum = scan_sum(mass)
     return a2, b2, r_live, mass, cum, live_index
 
