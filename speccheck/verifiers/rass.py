@@ -377,7 +377,12 @@ def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Ten
             j0 = left.to(s.dtype) * float(j0l - j0r) + float(j0r)
         else:
             j0 = torch.where(left, mix.j0[:, :1], mix.j0[:, 1:2])
-        log_x = torch.where(small > 1e-300, torch.log(x), _log_tail_asymptotic(s.abs()) - log_big)
+        log_x = torch.log(x)
+        tiny = ~(small > 1e-300)  # (NaN s: the tail, as before)
+        # on the CPU the asymptotic tail (~20 passes) only where some point needs it (the check is
+        # free there; an accelerator computes it everywhere rather than sync)
+        if s.device.type != "cpu" or bool(tiny.any()):
+            log_x = torch.where(tiny, _log_tail_asymptotic(s.abs()) - log_big, log_x)
         log_b = log_b + torch.where(j0 > 0, j0 * log_x, 0.0)
     if mix.Ad is None:
         return log_b, None
