@@ -541,14 +541,16 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     k_near, k_far = k0[nu] + nj.to(torch.float64), k0[fu] + fj.to(torch.float64)
     r_live = torch.empty((n_near + n_far, N_GL), dtype=torch.float64, device=delta_u.device)
     step = _block(n_near, BLOCK_CELLS, delta_u.device)
+    d_near, g_near = delta_u[nu][:, None], groups[nu]
     for i in range(0, n_near, step):
-        k_b, u_b = k_near[i:i + step], nu[i:i + step]
-        r_b = residual_density(grid_nodes(k_b), delta_u[u_b][:, None], grid.nodes(k_b, groups[u_b]))
+        k_b = k_near[i:i + step]
+        r_b = residual_density(grid_nodes(k_b), d_near[i:i + step], grid.nodes(k_b, g_near[i:i + step]))
         r_live[i:i + r_b.shape[0]] = r_b
     minus_log_sqrt_2pi = torch.full((), -LOG_SQRT_2PI, dtype=torch.float64, device=delta_u.device)
     step = _block(n_far, BLOCK_CELLS, delta_u.device)
+    d_far = delta_u[fu][:, None]
     for i in range(0, n_far, step):
-        z_far = grid_nodes(k_far[i:i + step]) - delta_u[fu[i:i + step]][:, None]
+        z_far = grid_nodes(k_far[i:i + step]) - d_far[i:i + step]
         r_b = torch.exp(torch.addcmul(minus_log_sqrt_2pi, z_far, z_far, value=-0.5))
         r_live[n_near + i:n_near + i + r_b.shape[0]] = r_b
     # crossing cells: bracket the root between two of the cell's 10 points (ends and GL nodes,
