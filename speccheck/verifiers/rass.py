@@ -559,13 +559,18 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
         st = setup()
         C, width = table.shape[1], table.shape[2]
         start = st["row"][groups] * C + (k - st["k_start"][groups]).long().clamp(0, C - n_cols)
-        cols = torch.arange(n_cols, device=device)
-        picked = table.reshape(-1, width).index_select(0, (start[:, None] + cols).reshape(-1))
         half = width // 2
-        picked = picked.reshape(-1, n_cols, 2, half)
         n = groups.shape[0]
-        here = picked[:, :, 0].reshape(n, n_cols * half)  # explicit sizes: n may be 0
-        ratio = picked[:, :, 1].reshape(n, n_cols * half)
+        if n_cols > 1 and half == 1:  # windows of (log B_g, ratio) pairs: one strided window per group
+            windows = table.reshape(-1, width).unfold(0, n_cols, 1)  # [R C - n_cols + 1, 2, n_cols] view
+            picked = windows.index_select(0, start)  # [n, 2, n_cols], each row contiguous
+            here, ratio = picked[:, 0], picked[:, 1]
+        else:
+            cols = torch.arange(n_cols, device=device)
+            picked = table.reshape(-1, width).index_select(0, (start[:, None] + cols).reshape(-1))
+            picked = picked.reshape(-1, n_cols, 2, half)
+            here = picked[:, :, 0].reshape(n, n_cols * half)  # explicit sizes: n may be 0
+            ratio = picked[:, :, 1].reshape(n, n_cols * half)
         tg = st["t"][groups][:, None]
         if st["tab"].wide:
             return torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg))
