@@ -377,6 +377,7 @@ SECTION_STEPS = 8
 NEWTON_STEPS = 8  # Newton steps between convergence checks (one check suffices in practice)
 DENSE_GROUPS = 8  # up to this many groups per chunk: search every cell (no compaction sync)
 GRID_CHUNK_GROUPS = 256  # most groups per chunk with grid tables (larger chunks measured slower: cache)
+GRID_TABLE_CHUNKS = 4  # grid-path chunks whose cell tables are built together (their rows drawn per chunk)
 HUGE_DELTA = 40.0  # beyond: (q - p)_+ / mass equals q to float64 precision on q's window
 
 
@@ -668,7 +669,6 @@ def sample_icdf(
     out = torch.empty(n, dtype=torch.float64, device=delta_u.device)
     if n == 0:
         return out
-    gC = _consts(delta_u.device)[2]
     V = positive_uniform((n,), delta_u, generator)
     Z = torch.randn(n, generator=generator, dtype=torch.float64, device=delta_u.device)
     d_tab = torch.clamp(delta_u, max=HUGE_DELTA)
@@ -691,42 +691,69 @@ def sample_icdf(
         bounds = torch.searchsorted(sorted_groups, used[per::per].contiguous()).tolist() if used.numel() > per else []
         starts, ends = [0] + bounds, bounds + [n]
         chunks = [(st, en, used[i * per:(i + 1) * per]) for i, (st, en) in enumerate(zip(starts, ends))]
-    for st, en, gs in chunks:
-        rows = order[st:en]
-        g_rows = sorted_groups[st:en]
-        local = torch.searchsorted(gs, g_rows)
-        live_index = None
-        if grid_log_b is not None and gs.numel() > DENSE_GROUPS:
-            a2, b2, r, mass, cum, live_index = _cell_tables_grid(d_tab[gs], gs, log_b, grid_log_b)
+    for batch in _table_batches(chunks, grid_log_b is not None):
+        gs_all = batch[0][2] if len(batch) == 1 else torch.cat([gs for _, _, gs in batch])
+        if grid_log_b is not None and gs_all.numel() > DENSE_GROUPS:
+            tables = _cell_tables_grid(d_tab[gs_all], gs_all, log_b, grid_log_b)
         else:
-            a2, b2, r, mass, cum = _cell_tables(d_tab[gs], gs, log_b)
-        n_cells = mass.shape[1]
-        total = cum[:, -1]
-        safe_total = torch.where(total > 0, total, 1.0)
-        cn = cum / safe_total[:, None]
-        cn[:, -1] = 1.0
-        keys = (cn + 2.0 * torch.arange(gs.numel(), dtype=torch.float64, device=cn.device)[:, None]).reshape(-1)
-        v = V[rows]
-        pos = torch.searchsorted(keys, v + 2.0 * local)
-        j = (pos - local * n_cells).clamp(0, n_cells - 1)
-        m = mass[local, j]
-        target = (v * total[local] - (cum[local, j] - m)).clamp(min=0.0)
-        target = torch.minimum(target, m)
-        half = 0.5 * (b2[local, j] - a2[local, j])
-        r_cell = r[local, j] if live_index is None else r[live_index[local, j]]  # [n, N_GL]
-        coef = r_cell @ gC  # [n, 9]: cell CDF polynomial in t / half
-        dcoef = coef[:, 1:] * torch.arange(1, coef.shape[1], dtype=coef.dtype, device=coef.device)
-        t, converged, state = _solve_cell(coef, half, target)
-        no_mass, ok = torch.stack([(total <= 0).any(), converged]).tolist()
-        if no_mass:
-            bad = gs[total <= 0][0]
-            raise RuntimeError(f"residual has no mass in [delta-12, delta+12] for delta={float(delta_u[bad])!r}")
-        steps = NEWTON_STEPS
-        while not ok and steps < 30:
-            t, converged, state = _newton_block(coef, dcoef, half, target, state, NEWTON_STEPS)
-            steps += NEWTON_STEPS
-            ok = bool(converged)
-        x = a2[local, j] + half * (t + 1.0)
-        d_rows = delta_u[g_rows]
-        out[rows] = torch.where(d_rows > HUGE_DELTA, d_rows + Z[rows], x)
+            tables = (*_cell_tables(d_tab[gs_all], gs_all, log_b), None)
+        a2, b2, r, mass, cum, live_index = tables
+        offset = 0
+        for st, en, gs in batch:
+            u = slice(offset, offset + gs.numel())  # this chunk's rows of the tables
+            offset += gs.numel()
+            _icdf_rows(order[st:en], sorted_groups[st:en], gs, a2[u], b2[u], r if live_index is not None else r[u],
+                       mass[u], cum[u], None if live_index is None else live_index[u], V, Z, delta_u, out)
     return out
+
+
+def _table_batches(chunks: list, grid: bool) -> list[list]:
+    """Consecutive chunks whose cell tables are built together: up to :data:`GRID_TABLE_CHUNKS`
+    grid-path chunks (each of more than :data:`DENSE_GROUPS` groups) per build, so the build's
+    fixed cost (the crossing search's small ops) serves more groups; every other chunk alone.
+    Rows are still drawn per chunk (the same searches and Newton blocks as one chunk alone)."""
+    batches: list[list] = []
+    for chunk in chunks:
+        big = grid and chunk[2].numel() > DENSE_GROUPS
+        if big and batches and batches[-1][-1][3] and len(batches[-1]) < GRID_TABLE_CHUNKS:
+            batches[-1].append((*chunk, big))
+        else:
+            batches.append([(*chunk, big)])
+    return [[c[:3] for c in b] for b in batches]
+
+
+def _icdf_rows(rows: Tensor, g_rows: Tensor, gs: Tensor, a2: Tensor, b2: Tensor, r: Tensor, mass: Tensor,
+               cum: Tensor, live_index: Tensor | None, V: Tensor, Z: Tensor, delta_u: Tensor, out: Tensor) -> None:
+    """Draw the rows ``rows`` (groups ``g_rows``, sorted, all in ``gs``) from their groups' cell
+    tables (row u of a2, b2, mass, cum, live_index: group gs[u]) into ``out``."""
+    gC = _consts(delta_u.device)[2]
+    local = torch.searchsorted(gs, g_rows)
+    n_cells = mass.shape[1]
+    total = cum[:, -1]
+    safe_total = torch.where(total > 0, total, 1.0)
+    cn = cum / safe_total[:, None]
+    cn[:, -1] = 1.0
+    keys = (cn + 2.0 * torch.arange(gs.numel(), dtype=torch.float64, device=cn.device)[:, None]).reshape(-1)
+    v = V[rows]
+    pos = torch.searchsorted(keys, v + 2.0 * local)
+    j = (pos - local * n_cells).clamp(0, n_cells - 1)
+    m = mass[local, j]
+    target = (v * total[local] - (cum[local, j] - m)).clamp(min=0.0)
+    target = torch.minimum(target, m)
+    half = 0.5 * (b2[local, j] - a2[local, j])
+    r_cell = r[local, j] if live_index is None else r[live_index[local, j]]  # [n, N_GL]
+    coef = r_cell @ gC  # [n, 9]: cell CDF polynomial in t / half
+    dcoef = coef[:, 1:] * torch.arange(1, coef.shape[1], dtype=coef.dtype, device=coef.device)
+    t, converged, state = _solve_cell(coef, half, target)
+    no_mass, ok = torch.stack([(total <= 0).any(), converged]).tolist()
+    if no_mass:
+        bad = gs[total <= 0][0]
+        raise RuntimeError(f"residual has no mass in [delta-12, delta+12] for delta={float(delta_u[bad])!r}")
+    steps = NEWTON_STEPS
+    while not ok and steps < 30:
+        t, converged, state = _newton_block(coef, dcoef, half, target, state, NEWTON_STEPS)
+        steps += NEWTON_STEPS
+        ok = bool(converged)
+    x = a2[local, j] + half * (t + 1.0)
+    d_rows = delta_u[g_rows]
+    out[rows] = torch.where(d_rows > HUGE_DELTA, d_rows + Z[rows], x)
