@@ -47,6 +47,10 @@ Two samplers, both exact:
   16-section's 15; the roots agree with a 14-step 16-section search to 2e-15 at K = 2 and
   5e-11 at K = 64, the resolution of h itself there). Same cells, nodes and polynomials, so
   the same accuracy; the cost per group no longer grows with the cost of log B (RASS: K).
+  On the CPU the edge and node passes run in blocks of :data:`BLOCK_CELLS` cells (their
+  temporaries stay in cache), and up to :data:`GRID_TABLE_CHUNKS` chunks build their tables
+  together (rows still drawn per chunk): the same elementwise operations on the same values,
+  so the draws are bit-identical to whole-array passes.
 
 Device discipline (issue 17): host syncs and kernel launches per call are bounded by constants
 independent of the batch size (one count per rejection round, one convergence check per
