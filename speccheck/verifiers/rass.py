@@ -340,6 +340,12 @@ def _poly(left_c: Tensor, right_c: Tensor, host: tuple | None, left: Tensor, x: 
             f = torch.addcmul(lf * (hi - lo) + lo if hi != lo else torch.full_like(x, lo), f, x)
         return f
     K = left_c.shape[-1]
+    if x.shape[-1] == 1:  # one point per row: select all K coefficients at once (K + 1 ops, not 2K)
+        c = torch.where(left, left_c, right_c)
+        f = c[:, K - 1:K]
+        for i in range(K - 2, -1, -1):
+            f = torch.addcmul(c[:, i:i + 1], f, x)
+        return f
     f = torch.where(left, left_c[:, K - 1:K], right_c[:, K - 1:K])
     for i in range(K - 2, -1, -1):
         f = torch.addcmul(torch.where(left, left_c[:, i:i + 1], right_c[:, i:i + 1]), f, x)
@@ -372,6 +378,12 @@ def log_mix_rows(s: Tensor, mix: Mix, rows: Tensor | None) -> Tensor:
     return torch.where(D.abs() < 0.5, torch.log1p(D), log_b)
 
 
+def gather_mix(mix: Mix, rows: Tensor) -> Mix:
+    """The coefficients of groups ``rows[n]``, one row each (for :func:`log_mix_rows` with rows=None)."""
+    return Mix(mix.left[rows], mix.right[rows], mix.j0[rows], None if mix.Ad is None else mix.Ad[rows],
+               mix.cum, None, mix.any_shift)
+
+
 def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """(log B, B - 1) at s [n, m] as :func:`log_mix_rows` computes them before it picks one:
     log B from the shifted polynomial, B - 1 from the ``mix.Ad`` coefficients (None without them)."""
@@ -380,8 +392,7 @@ def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Ten
         return torch.zeros_like(s), (torch.zeros_like(s) if mix.Ad is not None else None)
     host = mix.host if rows is None else None
     if host is None and rows is not None:
-        mix = Mix(mix.left[rows], mix.right[rows], mix.j0[rows], None if mix.Ad is None else mix.Ad[rows],
-                  mix.cum, None, mix.any_shift)
+        mix = gather_mix(mix, rows)
     # one erfc: the smaller of u = Phi(s) and 1 - u is the tail Phi(-|s|), the larger 1 - that
     small = 0.5 * torch.special.erfc(s.abs() * _special.SQRT1_2)
     left = s <= 0  # u <= 1 - u
@@ -397,7 +408,12 @@ def log_mix_parts(s: Tensor, mix: Mix, rows: Tensor | None) -> tuple[Tensor, Ten
             j0 = left.to(s.dtype) * float(j0l - j0r) + float(j0r)
         else:
             j0 = torch.where(left, mix.j0[:, :1], mix.j0[:, 1:2])
-        log_x = torch.where(small > 1e-300, torch.log(x), _log_tail_asymptotic(s.abs()) - log_big)
+        log_x = torch.log(x)
+        tiny = ~(small > 1e-300)  # (NaN s: the tail, as before)
+        # on the CPU the asymptotic tail (~20 passes) only where some point needs it (the check is
+        # free there; an accelerator computes it everywhere rather than sync)
+        if s.device.type != "cpu" or bool(tiny.any()):
+            log_x = torch.where(tiny, _log_tail_asymptotic(s.abs()) - log_big, log_x)
         log_b = log_b + torch.where(j0 > 0, j0 * log_x, 0.0)
     if mix.Ad is None:
         return log_b, None
@@ -574,13 +590,18 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
         st = setup()
         C, width = table.shape[1], table.shape[2]
         start = st["row"][groups] * C + (k - st["k_start"][groups]).long().clamp(0, C - n_cols)
-        cols = torch.arange(n_cols, device=device)
-        picked = table.reshape(-1, width).index_select(0, (start[:, None] + cols).reshape(-1))
         half = width // 2
-        picked = picked.reshape(-1, n_cols, 2, half)
         n = groups.shape[0]
-        here = picked[:, :, 0].reshape(n, n_cols * half)  # explicit sizes: n may be 0
-        ratio = picked[:, :, 1].reshape(n, n_cols * half)
+        if n_cols > 1 and half == 1:  # windows of (log B_g, ratio) pairs: one strided window per group
+            windows = table.reshape(-1, width).unfold(0, n_cols, 1)  # [R C - n_cols + 1, 2, n_cols] view
+            picked = windows.index_select(0, start)  # [n, 2, n_cols], each row contiguous
+            here, ratio = picked[:, 0], picked[:, 1]
+        else:
+            cols = torch.arange(n_cols, device=device)
+            picked = table.reshape(-1, width).index_select(0, (start[:, None] + cols).reshape(-1))
+            picked = picked.reshape(-1, n_cols, 2, half)
+            here = picked[:, :, 0].reshape(n, n_cols * half)  # explicit sizes: n may be 0
+            ratio = picked[:, :, 1].reshape(n, n_cols * half)
         tg = st["t"][groups][:, None]
         if st["tab"].wide:
             return torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg))
@@ -705,8 +726,14 @@ class RASS(ScalarVerifier):
         K = mix.left.shape[1]
         grid = None if d_host is None or single else grid_log_b_fn(d_host, K, delta_u.device)
 
+        gathered: list = []  # (groups, their coefficients): the crossing search reads the same rows 9 times
+
         def log_b_groups(x, g):
-            return log_mix_rows(x, mix, None if single else g)
+            if single:
+                return log_mix_rows(x, mix, None)
+            if not gathered or gathered[0] is not g:
+                gathered[:] = [g, gather_mix(mix, g)]
+            return log_mix_rows(x, gathered[1], None)
 
         if self.residual == "icdf":
             return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K, grid_log_b=grid)
