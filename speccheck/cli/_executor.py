@@ -42,6 +42,11 @@ def show_progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "no_progress", False) and progress_wanted(getattr(args, "quiet", False))
 
 
+def battery_progress(args: argparse.Namespace) -> bool:
+    """A battery's progress bar: a suite bigger than smoke, and progress wanted (:func:`show_progress`)."""
+    return args.suite != "smoke" and show_progress(args)
+
+
 def wants_dask(args: argparse.Namespace, default_workers: int = 1) -> bool:
     """Whether ``--workers``/``--scheduler`` (or ``$DASK_SCHEDULER_ADDRESS`` when ``--workers`` is
     not given) ask for Dask, for a command whose default is ``default_workers`` local processes."""

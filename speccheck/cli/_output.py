@@ -3,7 +3,6 @@ progress bar may be drawn."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -58,9 +57,3 @@ def progress_wanted(quiet: bool = False) -> bool:
         return False
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())
-
-
-def show_progress(args: argparse.Namespace) -> bool:
-    """A battery's progress bar for a suite bigger than smoke, unless --no-progress / --quiet /
-    not a terminal."""
-    return not args.no_progress and args.suite != "smoke" and progress_wanted(args.quiet)

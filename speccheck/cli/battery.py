@@ -8,7 +8,7 @@ import argparse
 import os
 
 from speccheck import errors
-from speccheck.cli._executor import add_executor_args, wants_dask
+from speccheck.cli._executor import add_executor_args, battery_progress, wants_dask
 from speccheck.cli._options import (
     MAX_K,
     MAX_SEED,
@@ -23,7 +23,7 @@ from speccheck.cli._options import (
     check_timeout,
     check_values,
 )
-from speccheck.cli._output import show_progress, write_json, write_text
+from speccheck.cli._output import write_json, write_text
 from speccheck.errors import UsageError
 
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from speccheck.api import battery
     dask = wants_dask(args)
     scheduler = args.scheduler or (os.environ.get("DASK_SCHEDULER_ADDRESS") if dask and args.workers is None else None)
-    outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=show_progress(args),
+    outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=battery_progress(args),
                       workers=(args.workers or 1) if dask else 1, scheduler=scheduler, timeout=args.timeout,
                       store=args.store, **extra)
     return _report(args, outcome)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from speccheck.cli._output import show_progress, write_json
+from speccheck.cli._executor import battery_progress
+from speccheck.cli._output import write_json
 from speccheck.errors import InputError
 
 
@@ -17,7 +18,7 @@ def run(args: argparse.Namespace, extra: dict) -> int:
 
     outcome = mutants(args.suite, names=args.mutant, device=args.device, seed=args.seed, options=extra,
                       workers=args.workers, scheduler=args.scheduler, timeout=args.timeout, store=args.store,
-                      progress=show_progress(args))
+                      progress=battery_progress(args))
     if outcome.verdict == "no_verdict":
         raise InputError(outcome.reason)
     reports = outcome.data["reports"]

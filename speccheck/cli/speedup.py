@@ -13,6 +13,7 @@ from speccheck.cli._options import (
     MAX_L,
     MAX_TREE_NODES,
     TIMEOUT_SPEEDUP_S,
+    add_protocol_args,
     add_timeout,
     check_float,
     check_int,
@@ -24,27 +25,6 @@ from speccheck.cli._options import (
 from speccheck.cli._output import json_text
 
 
-def _add_protocol_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="gmm-paper", choices=["gmm-paper", "gmm-d512"],
-                   help="preset (gmm-paper: d=500, eps=0.1, uniform grid, leaves evaluated; gmm-d512: "
-                        "d=512, eps=0.06, flow grid with deterministic ends, leaves not evaluated)")
-    p.add_argument("--trajectories", type=int, default=100, help="in [2, 100000]")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=None,
-                   help="realise only visited branches (same law and NFE); default: lazy when the tree has "
-                        "more than 20000 nodes")
-    p.add_argument("--prefetch", choices=["nearest", "parent", "none"], default=None)
-    p.add_argument("--leaves", action=argparse.BooleanOptionalAction, default=None,
-                   help="evaluate leaves too (|V| rows per round) or not (|I| rows)")
-    p.add_argument("--freeze", choices=["drift", "velocity", "denoised"], default=None)
-    p.add_argument("--grid", choices=["uniform", "shifted", "flow", "edm"], default=None)
-    p.add_argument("--steps", type=int, default=None, help="grid steps, in [2, 10000]")
-    p.add_argument("--eps", type=float, default=None, help="churn, in (0, 1)")
-    p.add_argument("--chain-match", choices=["budget", "rows"], default=None,
-                   help="chain compared with a (K, L) tree: same drafted budget B or same rows")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads, in [1, 256] (default 1)")
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``speedup`` to the sub-parsers."""
     p = sub.add_parser("speedup", help="NFE speed-up of the speculative sampler on a mixture preset, "
@@ -52,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verifier", default="dgrs", help="name or package.module:attr")
     p.add_argument("--K", type=int, default=6, help=f"draft width, in [1, {MAX_K}]")
     p.add_argument("--L", type=int, default=6, help=f"draft depth, in [1, {MAX_L}]; |V| <= {MAX_TREE_NODES}")
-    _add_protocol_args(p)
+    add_protocol_args(p, lazy_default=None, threads_help="torch CPU threads, in [1, 256] (default 1)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--alpha", type=float, default=THEORY_ALPHA,
                    help="false-failure rate of the theory check: exit 1 when the acceptance calibration z rejects "

@@ -9,28 +9,8 @@ import os
 
 from speccheck.api import THEORY_ALPHA
 from speccheck.cli._executor import add_executor_args, check_name, check_store, show_progress
+from speccheck.cli._options import add_protocol_args
 from speccheck.errors import EXIT_OK, InputError, UsageError
-
-
-def _add_protocol_args(parser: argparse.ArgumentParser) -> None:
-    """The Gaussian-mixture sweep protocol options (preset plus overrides)."""
-    parser.add_argument("--target", default="gmm-paper", choices=["gmm-paper", "gmm-d512"],
-                        help="preset (gmm-paper: d=500, eps=0.1, uniform grid, leaves evaluated; gmm-d512: "
-                             "d=512, eps=0.06, flow grid with deterministic ends, leaves not evaluated)")
-    parser.add_argument("--trajectories", type=int, default=100, help="trajectories per cell (>= 2)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=True,
-                        help="realise only visited branches (same law and NFE; default lazy)")
-    parser.add_argument("--prefetch", choices=["nearest", "parent", "none"], default=None)
-    parser.add_argument("--leaves", action=argparse.BooleanOptionalAction, default=None,
-                        help="evaluate leaves too (|V| rows per round) or not (|I| rows)")
-    parser.add_argument("--freeze", choices=["drift", "velocity", "denoised"], default=None)
-    parser.add_argument("--grid", choices=["uniform", "shifted", "flow", "edm"], default=None)
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--eps", type=float, default=None)
-    parser.add_argument("--chain-match", choices=["budget", "rows"], default=None,
-                        help="chain compared with a (K, L) tree: same drafted budget B or same rows")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per unit (default 1)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="false-failure rate of the theory check: exit 1 when a cell's acceptance calibration z "
                         "rejects its verifier's acceptance law (two-sided, Holm over the cells; default "
                         f"{THEORY_ALPHA:g})")
-    _add_protocol_args(p)
+    add_protocol_args(p, lazy_default=True, threads_help="torch CPU threads per unit (default 1)")
     add_executor_args(p)
     p.set_defaults(func=run)
 
