@@ -42,17 +42,6 @@ def _options(layers: Any, Ks: Any, scale: float) -> dict:
     return options
 
 
-def _battery_child(heartbeat: Callable[[str], None], *, verifier: str, suite: str, device: str,
-                   seed: Optional[int], options: dict, progress: bool, store: Optional[str]) -> dict:
-    """Child side of an isolated run: the run's units one after another in this process."""
-    from speccheck.scale import jobs
-    from speccheck.scale.executors import InProcessExecutor
-
-    executor = InProcessExecutor(progress=progress, heartbeat=heartbeat)
-    return {"report": jobs.battery_job(verifier, suite, device=device, seed=seed, options=options,
-                                       executor=executor, store=store)}
-
-
 def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any = None, scale: float = 1.0,
             seed: Optional[int] = None, device: str = "cpu", workers: int = 1, scheduler: Optional[str] = None,
             isolate: bool = True, timeout: float = DEFAULT_CELL_TIMEOUT_S, store: Optional[str] = None,
@@ -90,40 +79,31 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
             raise errors.InputError("a verifier object runs only in this process (isolate=False); to isolate it, "
                                     "pass its spec string 'package.module:attr'")
         report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress, **_run_kwargs(options))
-        return judge(bt.rejudge_sequence(report, report.sequence_raw, load_suite(suite)))
+        return judge(report)
+    from speccheck.scale import jobs
+    from speccheck.scale.executors import ALL_MODULES, InProcessExecutor, IsolatedExecutor, make_executor
+
+    # the cells run where the executor puts them; this process judges every one from its raw outputs
+    # (jobs.battery_cell_runs) and never imports the verifier's module, unless isolate=False
+    if workers > 1 or scheduler:
+        executor = make_executor(workers=None if scheduler else workers, scheduler=scheduler, progress=progress,
+                                 timeout=timeout, modules=ALL_MODULES).start()
+    elif isolate:
+        executor = IsolatedExecutor(timeout=timeout, what=f"verifier {verifier!r}", progress=progress,
+                                    memory_fraction=None if str(device).startswith("cuda") else 0.8)
+    else:
+        executor = InProcessExecutor(progress=progress)
     try:
-        if workers > 1 or scheduler:
-            from speccheck.scale import jobs
-            from speccheck.scale.executors import ALL_MODULES, make_executor
-
-            executor = make_executor(workers=None if scheduler else workers, scheduler=scheduler, progress=progress,
-                                     timeout=timeout,
-                                     modules=ALL_MODULES).start()
-            try:
-                data = jobs.battery_job(verifier, suite, device=device, seed=seed, options=options,
-                                        executor=executor, store=store)
-            finally:
-                executor.close()
-        elif isolate:
-            from speccheck.isolation import run_isolated
-
-            cuda = str(device).startswith("cuda")
-            data = run_isolated("speccheck.api:_battery_child",
-                                dict(verifier=verifier, suite=suite, device=device, seed=seed, options=options,
-                                     progress=progress, store=store),
-                                timeout=timeout, what=f"verifier {verifier!r}",
-                                preload=("torch", "speccheck.validation.battery"),
-                                memory_fraction=None if cuda else 0.8).get("report")
-        else:
-            data = _battery_child(lambda label: None, verifier=verifier, suite=suite, device=device, seed=seed,
-                                  options=options, progress=progress, store=store)["report"]
+        data = jobs.battery_job(verifier, suite, device=device, seed=seed, options=options, executor=executor,
+                                store=store)
     except (errors.IsolatedCodeError, errors.DeviceError, errors.LoadError) as exc:
         return no_verdict(str(exc))
-    try:
-        report = BatteryReport.from_dict(data)
-        report = bt.rejudge_sequence(report, data.get("sequence_raw"), load_suite(suite))
     except errors.FileFormatError as exc:
         return no_verdict(f"verifier {verifier!r}: {exc}")
+    finally:
+        executor.close()
+    try:
+        report = BatteryReport.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return no_verdict(f"verifier {verifier!r}: the battery returned a malformed report ({exc})")
     return judge(report)

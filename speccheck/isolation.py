@@ -2,8 +2,8 @@
 
 A job is a function ``job(heartbeat, **kwargs) -> dict`` named by ``"package.module:function"``.
 :func:`run_isolated` starts it in a fresh ``spawn`` process and waits. The parent runs none of
-the user's code: it receives only JSON bytes over a pipe (it never unpickles what the child
-sends), so whatever the child does, the parent's outcome is one of
+the user's code: it receives only JSON bytes over a pipe, numpy arrays as raw bytes of a few
+numeric dtypes (it never unpickles what the child sends), so whatever the child does, the parent's outcome is one of
 
 - the job's JSON result (the only way to a verdict);
 - a :class:`~speccheck.errors.SpeccheckError` the job raised (re-raised with the same class
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -37,6 +38,7 @@ from speccheck import errors
 
 DEFAULT_MEMORY_FRACTION = 0.8
 _POLL_S = 0.25
+_FRAME_WAIT_S = 60.0
 
 
 def physical_memory_bytes() -> Optional[int]:
@@ -57,8 +59,70 @@ def memory_limit_bytes(fraction: Optional[float] = DEFAULT_MEMORY_FRACTION) -> O
     return None if total is None else int(fraction * total)
 
 
+#: the array dtypes a child may send as raw bytes (anything else is refused, never interpreted)
+FRAME_DTYPES = ("<f8", "<f4", "<i8", "<i4", "|i1", "|u1", "|b1")
+
+
 def _send(conn: Any, message: dict) -> None:
-    conn.send_bytes(json.dumps(message, default=_json_default, allow_nan=True).encode())
+    """One message: its JSON, then the bytes of each numpy array in it (arrays travel as
+    ``{"__frame__": i, "dtype", "shape"}`` in the JSON, their bytes as frame i)."""
+    frames: list = []
+    text = json.dumps(_with_frames(message, frames), default=_json_default, allow_nan=True)
+    conn.send_bytes(json.dumps({"frames": len(frames)}).encode() if frames else b"{}")
+    conn.send_bytes(text.encode())
+    for frame in frames:
+        conn.send_bytes(frame)
+
+
+def _with_frames(value: Any, frames: list) -> Any:
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): _with_frames(v, frames) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_with_frames(v, frames) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype.str in FRAME_DTYPES:
+        frames.append(np.ascontiguousarray(value).tobytes())
+        return {"__frame__": len(frames) - 1, "dtype": value.dtype.str, "shape": list(value.shape)}
+    return value
+
+
+def _recv(conn: Any) -> dict:
+    """The message :func:`_send` sent, arrays rebuilt from their frames (dtype and size checked:
+    raw bytes are read as numbers, never unpickled). ValueError if it is malformed."""
+    import numpy as np
+
+    def next_bytes() -> bytes:  # the rest of a message follows at once from a live child
+        if not conn.poll(_FRAME_WAIT_S):
+            raise ValueError(f"the worker stopped mid-message (nothing for {_FRAME_WAIT_S:g} s)")
+        return conn.recv_bytes()
+
+    header = json.loads(conn.recv_bytes().decode())
+    n_frames = header.get("frames", 0) if isinstance(header, dict) else -1
+    if not isinstance(n_frames, int) or not 0 <= n_frames <= 1_000_000:
+        raise ValueError(f"bad frame count {n_frames!r}")
+    message = json.loads(next_bytes().decode())
+    frames = [next_bytes() for _ in range(n_frames)]
+    used: set[int] = set()
+
+    def rebuild(value: Any) -> Any:
+        if isinstance(value, list):
+            return [rebuild(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if "__frame__" not in value:
+            return {k: rebuild(v) for k, v in value.items()}
+        index, dtype, shape = value.get("__frame__"), value.get("dtype"), value.get("shape")
+        if (not isinstance(index, int) or not 0 <= index < n_frames or index in used or dtype not in FRAME_DTYPES
+                or not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape)):
+            raise ValueError(f"bad array frame {value!r}")
+        used.add(index)
+        array = np.frombuffer(frames[index], dtype=np.dtype(dtype))
+        if array.size != math.prod(shape):
+            raise ValueError(f"array frame {index}: {array.size} values for shape {shape}")
+        return array.reshape(shape).copy()  # writable, owning its memory
+
+    return rebuild(message)
 
 
 def _json_default(obj: Any) -> Any:
@@ -73,7 +137,8 @@ def _import_job(job: str) -> Callable[..., dict]:
     return getattr(importlib.import_module(module_name), attr)
 
 
-def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memory_limit: Optional[int]) -> None:
+def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memory_limit: Optional[int],
+                streams: bool = False) -> None:
     """The child's entry point: every way out sends one message or dies (the parent sees EOF)."""
     try:
         if memory_limit:
@@ -84,6 +149,8 @@ def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memor
             importlib.import_module(name)
         _send(conn, {"kind": "started"})
         func = _import_job(job)
+        if streams:
+            kwargs = {**kwargs, "emit": lambda value: _send(conn, {"kind": "value", "value": value})}
         value = func(lambda label: _send(conn, {"kind": "beat", "label": str(label)}), **kwargs)
         _send(conn, {"kind": "result", "value": value})
     except SystemExit as exc:
@@ -170,8 +237,13 @@ def _main_hidden() -> Iterator[None]:
 def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, what: str = "user code",
                  preload: Sequence[str] = (), startup_s: float = 180.0,
                  memory_fraction: Optional[float] = DEFAULT_MEMORY_FRACTION,
-                 on_beat: Optional[Callable[[str], None]] = None) -> dict:
+                 on_beat: Optional[Callable[[str], None]] = None,
+                 on_value: Optional[Callable[[dict], None]] = None) -> dict:
     """Run ``job(heartbeat, **kwargs)`` in a spawned child and return its JSON result.
+
+    ``on_value``: the job is called with ``emit`` too (``job(heartbeat, emit=..., **kwargs)``)
+    and each ``emit(value)`` reaches ``on_value(value)`` here as it happens, numpy arrays in it
+    as arrays (sent as raw bytes of a few numeric dtypes, :data:`FRAME_DTYPES`; never pickled).
 
     ``timeout`` (seconds, > 0) bounds every unit between heartbeats; ``startup_s`` bounds the
     interpreter start plus ``preload`` imports; ``memory_fraction`` caps the child's address
@@ -184,7 +256,8 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
     limit = memory_limit_bytes(memory_fraction)
     ctx = multiprocessing.get_context("spawn")
     parent_conn, child_conn = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child_conn, job, dict(kwargs or {}), tuple(preload), limit),
+    proc = ctx.Process(target=_child_main,
+                       args=(child_conn, job, dict(kwargs or {}), tuple(preload), limit, on_value is not None),
                        daemon=True, name=f"speccheck-isolated-{job}")
     with _main_hidden():
         proc.start()
@@ -205,10 +278,10 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
                     break
                 continue
             try:
-                message = json.loads(parent_conn.recv_bytes().decode())
+                message = _recv(parent_conn)
             except (EOFError, OSError):
                 break
-            except ValueError as exc:
+            except (ValueError, TypeError, AttributeError) as exc:
                 _stop(proc)
                 raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
             kind = message.get("kind")
@@ -218,6 +291,12 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
                 label, budget, unit_start = str(message.get("label", "?")), timeout, time.monotonic()
                 if on_beat is not None:
                     on_beat(label)
+            elif kind == "value" and on_value is not None:
+                value = message.get("value")
+                if not isinstance(value, dict):
+                    _stop(proc)
+                    raise errors.IsolatedCodeError(f"{what}: the worker emitted {type(value).__name__}, not a value")
+                on_value(value)
             elif kind == "result":
                 proc.join(5.0)
                 _stop(proc)

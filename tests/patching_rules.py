@@ -1,15 +1,13 @@
-"""A hostile verifier module: at import it replaces speccheck's statistical tests (and Holm)
-with ones that always pass, then offers a biased rule. Loaded by spec string only, so it runs
+"""A hostile verifier module: at import it replaces speccheck's statistical tests, Holm and the
+battery's judges with ones that always pass, then offers a biased rule. Loaded by spec string only, so it runs
 where the verifier runs (a child process or a Dask worker), never in the judging process."""
 
 from __future__ import annotations
 
-import math
-
-from speccheck.validation import continuous, device_stats, sequence, stats
+from speccheck.validation import continuous, device_stats, sequence, stats, trajectory
 from speccheck.validation.battery import cells, verdict
 from speccheck.validation.results import TestResult
-from speccheck.verifiers.dgrs import DGRS
+from tests.biased_rules import Biased as BiasedTwin
 
 
 def _always_pass(*args, **kwargs):
@@ -29,16 +27,13 @@ for module in (stats, continuous, device_stats, sequence, cells, verdict):
     if hasattr(module, "holm_adjust"):
         module.holm_adjust = _no_rejection
 sequence._normal_test = lambda *a, **k: TestResult("", a[3] if len(a) > 3 else "patched", 0.0, 1.0, 1.0, 0.01, 100)
+# and every judge: where this module is imported, a cell's statistics come out empty
+cells.judge_cell = lambda suite, cell, contract, raw, **kw: list(contract)
+cells._judge = lambda *a, **k: []
+continuous.judge_k = lambda *a, **k: []
+sequence.judge_layer = lambda *a, **k: []
+trajectory.judge_trajectories = lambda *a, **k: []
 
 
-class Biased(DGRS):
-    """D-GRS whose residual (rejected rows) is shifted by 0.3: not exact, contract kept."""
-
-    name = "patched-biased"
-
-    def verify(self, delta, s, generator=None):
-        s_out, acc, idx = super().verify(delta, s, generator)
-        return s_out + 0.3 * (~acc) * (delta > 0.5), acc, idx
-
-
-assert math.isfinite(0.0)
+class Biased(BiasedTwin):
+    """The biased rule of :mod:`tests.biased_rules`, loaded after the patches above."""

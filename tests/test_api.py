@@ -5,6 +5,7 @@ code, and the run-time failures mapped to the exit-code contract."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import pytest
@@ -135,29 +136,73 @@ def test_measure_acceptance_is_a_tidy_table_with_standard_errors():
 
 
 def test_patched_statistics_in_the_verifier_process_cannot_pass_a_biased_rule(capsys):
-    """tests.patching_rules replaces speccheck's tests and Holm with always-pass versions where it
-    is imported; L6's statistics are recomputed in the judging process from the raw outputs."""
+    """tests.patching_rules replaces speccheck's tests, Holm and the battery's judges with
+    always-pass versions where it is imported (the verifier's process); every cell is judged in
+    this process from its raw outputs, so its report equals its unpatched twin's, test for test."""
+    twin = speccheck.battery("tests.biased_rules:Biased", "smoke")
+    assert twin.verdict == "defect"
+    assert {"L1", "L5", "L6"} <= {r.layer for r in twin.report.failures}
+    assert twin.report.localisations and not any("not possible" in n for n in twin.report.notes)
     for path in ({}, {"workers": 2}):
         outcome = speccheck.battery("tests.patching_rules:Biased", "smoke", **path)
         assert outcome.verdict == "defect", (path, outcome.reason)
-        assert all(r.layer == "L6" for r in outcome.report.failures)
+        assert _plain(outcome.report.to_dict()) == _plain(twin.report.to_dict()), path
     code, out, _ = run_cli(["battery", "--verifier", "tests.patching_rules:Biased", "--suite", "smoke",
                             "--no-progress"], capsys)
-    assert code == 1 and "L6" in out
+    assert code == 1 and "FAIL" in out
+    assert "tests.patching_rules" not in sys.modules  # this (judging) process never imported it
 
 
-def test_l6_statistics_without_their_raw_outputs_are_no_verdict(suite):
+class _Tampering:
+    """An executor that runs units here, then alters each battery cell's outcome with ``tamper``."""
+
+    def __init__(self, tamper):
+        from speccheck.scale.executors import InProcessExecutor
+
+        self.inner, self.tamper = InProcessExecutor(), tamper
+
+    def run(self, units, on_result):
+        self.inner.run(units, lambda unit, outcome: on_result(unit, self.tamper(unit, outcome)))
+
+
+def _tampered_run(tamper):
+    from speccheck.scale import jobs
+
+    return jobs.battery_job("dgrs", "smoke", executor=_Tampering(tamper), options={"layers": ["L0", "L1", "L6"]})
+
+
+def test_a_cell_is_judged_from_its_raw_outputs_and_nothing_else():
+    import numpy as np
+
     from speccheck.errors import FileFormatError
-    from speccheck.validation.battery import rejudge_sequence, run_battery
-    from speccheck.validation.suites import load_suite
 
-    st = load_suite("smoke")
-    rep = run_battery("dgrs", st, layers=["L6"])
-    raw = rep.sequence_raw
-    assert raw is not None and rejudge_sequence(rep, raw, st).passed
-    with pytest.raises(FileFormatError, match="without the raw outputs"):
-        rejudge_sequence(rep, None, st)
-    with pytest.raises(FileFormatError, match="malformed"):
-        rejudge_sequence(rep, {**raw, "z": raw["z"][:-1]}, st)
-    shifted = rejudge_sequence(rep, {**raw, "z": [z + 0.2 for z in raw["z"]]}, st)
-    assert not shifted.passed  # the judging process sees the shift whatever the worker said
+    clean = _tampered_run(lambda unit, outcome: outcome)
+    assert clean["passed"]
+
+    def shift(unit, outcome):  # raw outputs moved by 0.2: the judge here sees it, whatever else was sent
+        raw = outcome["result"].get("raw")
+        if isinstance(raw, dict) and "x" in raw:
+            raw["x"] = np.asarray(raw["x"]) + 0.2
+        return outcome
+    shifted = _tampered_run(shift)
+    assert not shifted["passed"] and any(r["layer"] == "L1" and not r["passed"] for r in shifted["results"])
+
+    def claim_pass(unit, outcome):  # a worker that sends a statistic of its own
+        if "raw" in outcome["result"]:
+            outcome["result"]["results"].append({**outcome["result"]["results"][0], "kind": "stat"})
+        return outcome
+
+    def drop_raw(unit, outcome):  # outputs withheld, no contract failure to say why
+        if outcome["result"].get("raw") is not None:
+            outcome["result"]["raw"] = None
+        return outcome
+
+    def truncate(unit, outcome):
+        raw = outcome["result"].get("raw")
+        if isinstance(raw, dict) and "z" in raw:
+            raw["z"] = raw["z"][:-1]
+        return outcome
+    for tamper, pattern in ((claim_pass, "sent statistical results"), (drop_raw, "no raw outputs"),
+                            (truncate, "malformed raw outputs")):
+        with pytest.raises(FileFormatError, match=pattern):
+            _tampered_run(tamper)

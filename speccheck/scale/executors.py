@@ -15,6 +15,7 @@ result); the store keeps one copy.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -172,6 +173,65 @@ class InProcessExecutor:
 
     def close(self) -> None:
         return None
+
+
+class IsolatedExecutor:
+    """Units one after another in a spawned child process (:func:`speccheck.isolation.run_isolated`),
+    one child per :meth:`run`: the units' code (a verifier's) runs there, and this process only
+    receives each unit's outcome as it finishes (JSON, arrays as raw bytes; never a pickle). A unit
+    that crashes the child, exits it, runs out of its memory cap or runs past ``timeout`` seconds is
+    an :class:`~speccheck.errors.IsolatedCodeError` here, naming the unit."""
+
+    name = "isolated"
+
+    def __init__(self, *, timeout: float, what: str = "user code", progress: bool = False,
+                 memory_fraction: Optional[float] = 0.8,
+                 preload: Sequence[str] = ("torch", "speccheck.validation.battery")) -> None:
+        self.timeout, self.what, self.progress = timeout, what, progress
+        self.memory_fraction, self.preload = memory_fraction, tuple(preload)
+
+    def start(self) -> IsolatedExecutor:
+        """Nothing to start: each run starts its own child."""
+        return self
+
+    def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
+        from speccheck.isolation import run_isolated
+
+        if not units:
+            return
+        waiting = {u.key: u for u in units}
+        bar = Progress(len(units), self.name, self.progress)
+
+        def arrived(value: dict) -> None:
+            unit, outcome = waiting.pop(str(value.get("key")), None), value.get("outcome")
+            if unit is None or not isinstance(outcome, dict) or not isinstance(outcome.get("result"), dict):
+                raise IsolatedCodeError(f"{self.what}: the worker sent an outcome for no unit it was given, or a "
+                                        "malformed one; no verdict")
+            wall = outcome.get("wall_s")
+            on_result(unit, {"result": outcome["result"], "worker": str(outcome.get("worker", "?")),
+                             "code": str(outcome.get("code", "?")),
+                             "wall_s": float(wall) if isinstance(wall, (int, float)) and math.isfinite(wall) else 0.0})
+            bar.step()
+
+        run_isolated("speccheck.scale.executors:isolated_units", {"units": [u.to_dict() for u in units]},
+                     timeout=self.timeout, what=self.what, preload=self.preload,
+                     memory_fraction=self.memory_fraction, on_value=arrived)
+        if waiting:
+            raise IsolatedCodeError(f"{self.what}: the worker finished without running units {sorted(waiting)[:3]}; "
+                                    "no verdict")
+
+    def close(self) -> None:
+        return None
+
+
+def isolated_units(heartbeat: Callable[[str], None], emit: Callable[[dict], None], *, units: list[dict]) -> dict:
+    """Child side of :class:`IsolatedExecutor`: run the units here, emitting each outcome."""
+    from speccheck.scale.units import Unit
+
+    executor = InProcessExecutor(heartbeat=heartbeat)
+    executor.run([Unit.from_dict(u) for u in units],
+                 lambda unit, outcome: emit({"key": unit.key, "outcome": outcome}))
+    return {"units": len(units)}
 
 
 class DaskExecutor:

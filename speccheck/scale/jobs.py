@@ -42,15 +42,19 @@ def _open_store(store: StoreArg) -> Optional[ResultsStore]:
 def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: StoreArg = None,
               executor: Optional[Executor] = None,
               on_new: Optional[Callable[[Unit, dict], None]] = None,
-              on_outcome: Optional[Callable[[Unit, dict], None]] = None) -> dict[str, dict]:
+              on_outcome: Optional[Callable[[Unit, dict], None]] = None,
+              judge: Optional[Callable[[Unit, dict], dict]] = None) -> dict[str, dict]:
     """Run the units of ``job`` that ``store`` lacks, storing each as it finishes; return
     ``{unit key: result}`` for every unit (stored or new). Without a store nothing persists.
-    ``on_new(unit, result)`` and ``on_outcome(unit, outcome)`` (with ``wall_s``, ``worker``) see
-    each unit run now."""
+    ``judge(unit, result)``, called HERE as each unit's result arrives, replaces it before it is
+    stored or seen (a battery cell's raw outputs -> its judged tests). ``on_new(unit, result)``
+    and ``on_outcome(unit, outcome)`` (with ``wall_s``, ``worker``) see each unit run now."""
     keys = [u.key for u in units]
     if len(set(keys)) != len(keys):
         raise InputError(f"job {job!r}: duplicate units {sorted({k for k in keys if keys.count(k) > 1})[:5]}")
     executor = executor or InProcessExecutor()
+    if judge is not None:
+        executor = _Judged(executor, judge)
     opened = _open_store(store)
     if opened is None:
         results: dict[str, dict] = {}
@@ -87,6 +91,17 @@ def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: 
     if missing:  # cannot happen unless the store was altered under us; never a silent partial result
         raise FileFormatError(f"results store {opened.path}: job {job!r} lacks units {missing[:5]} after the run")
     return stored
+
+
+class _Judged:
+    """``executor`` whose outcomes reach the caller with ``judge(unit, result)`` as their result."""
+
+    def __init__(self, executor: Executor, judge: Callable[[Unit, dict], dict]) -> None:
+        self.executor, self.judge = executor, judge
+
+    def run(self, units: Sequence[Unit], on_result: Callable[[Unit, dict], None]) -> None:
+        self.executor.run(units, lambda unit, outcome: on_result(
+            unit, {**outcome, "result": self.judge(unit, outcome["result"])}))
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -769,9 +784,26 @@ def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, 
         return Unit("battery-cell", {**spec, **(extra or {})}, (str(run[0]), int(run[1]), *cell), device=device,
                     fixed_seed=int(run[1]))
 
+    def judged(unit: Unit, result: dict) -> dict:
+        """A cell's contract results and raw outputs -> its judged tests, computed in this process."""
+        cell = tuple(unit.identity[2:])
+        if cell in (("plan",), ("localise",)):
+            return result
+        try:
+            contract = [TestResult.from_dict(r) for r in result["results"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FileFormatError(f"battery cell {unit.key}: malformed contract results ({exc}); no verdict") from None
+        if any(r.kind != "contract" for r in contract):
+            raise FileFormatError(f"battery cell {unit.key}: the process that ran the verifier sent statistical "
+                                  "results; statistics are computed only where the run is judged; no verdict")
+        tests = battery.judge_cell(st, cell, contract, result.get("raw"), plan=unit.spec.get("plan"),
+                                   base=int(unit.identity[1]), alpha_t=float(unit.spec.get("alpha_t", alpha)),
+                                   scale=scale)
+        return {"results": [plain(r.as_dict()) for r in tests]}
+
     def run_round(units: list[Unit]) -> dict[str, dict]:
         return run_units(units, job=job, kind="battery-cells", spec=spec, store=store, executor=executor,
-                         on_outcome=on_outcome)
+                         on_outcome=on_outcome, judge=judged)
 
     def tests(got: dict, unit: Unit) -> list[TestResult]:
         return [TestResult.from_dict(r) for r in got[unit.key]["results"]]
@@ -797,8 +829,6 @@ def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, 
                                                device=str(torch.device(device)), scale=scale,
                                                contract=contracts[run], trajectory=trajectories[run],
                                                cells=[tests(got, u) for u in later[run]])
-        raw = next((got[u.key].get("raw") for u in later[run] if u.identity[2:] == ("L6",)), None)
-        reports[run] = battery.rejudge_sequence(reports[run], raw, st)
         failures = battery.failures_to_localise(reports[run])
         if failures and localise_failures:
             where[run] = cell_unit(run, ("localise",), {"plan": plans[run], "alpha_t": levels[run],
@@ -838,10 +868,7 @@ def battery_job(verifier: str, suite: str, *, device: str = "cpu", seed: Optiona
                                localise_failures=localise_failures, on_outcome=count)[run]
     report.wall_s = time.perf_counter() - start
     report.cpu_s = unit_time[0]
-    out = report.to_dict()
-    if report.sequence_raw is not None:
-        out["sequence_raw"] = report.sequence_raw  # for the judging process (speccheck.api.battery)
-    return out
+    return report.to_dict()
 
 
 def battery_reports(report_dicts: dict[str, dict]) -> dict:

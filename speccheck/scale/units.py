@@ -57,6 +57,16 @@ class Unit:
     def needs_gpu(self) -> bool:
         return str(self.device).startswith("cuda")
 
+    def to_dict(self) -> dict:
+        """Plain JSON (for a unit sent to another process); :meth:`from_dict` inverts it."""
+        return {"kind": self.kind, "spec": self.spec, "identity": list(self.identity), "base_seed": self.base_seed,
+                "device": self.device, "fixed_seed": self.fixed_seed}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Unit:
+        return cls(str(data["kind"]), dict(data["spec"]), tuple(data["identity"]), int(data["base_seed"]),
+                   str(data["device"]), None if data["fixed_seed"] is None else int(data["fixed_seed"]))
+
 
 # ----------------------------------------------------------------------------- JSON hygiene
 def plain(value: Any) -> Any:
@@ -259,9 +269,10 @@ def battery_cell(unit: Unit) -> dict:
     """One cell of one battery run (identity: the verifier's spec string, the run's battery seed,
     then the cell, e.g. ``("dgrs", 7, "L1", "delta=0.5,K=2")``, ``("dgrs", 7, "L5", 3)``; see
     :func:`speccheck.validation.battery.run_cell`), or the run's plan (``("dgrs", 7, "plan")``),
-    or its localisation (``("dgrs", 7, "localise")``, the spec carrying the failed tests). The
-    cell's seed is derived from the battery seed and the cell's identity inside ``run_cell``; the
-    later cells take the whole family's per-test level ``alpha_t`` and the ``plan`` from the spec."""
+    or its localisation (``("dgrs", 7, "localise")``, the spec carrying the failed tests). A cell
+    returns its contract results and raw outputs (:func:`speccheck.validation.battery.draw_cell`),
+    which the job's client judges. The cell's seed is derived from the battery seed and the cell's
+    identity; the later cells take the ``plan`` from the spec."""
     from speccheck.validation import battery
     from speccheck.validation.results import TestResult
 
@@ -278,13 +289,11 @@ def battery_cell(unit: Unit) -> dict:
                                                alpha=float(spec["family_alpha"]), alpha_t=float(spec["alpha_t"]),
                                                device=device, scale=scale)
         return {"localisations": [loc.to_dict() for loc in found], "notes": notes}
-    results, extra = battery.run_cell(verifier, st, cell, plan=spec.get("plan"), base=base,
-                                      alpha_t=float(spec.get("alpha_t", spec["family_alpha"])), device=device,
+    contract, raw = battery.draw_cell(verifier, st, cell, plan=spec.get("plan"), base=base, device=device,
                                       scale=scale)
-    out = {"results": [plain(r.as_dict()) for r in results]}
-    if cell == ("L6",):
-        out["raw"] = extra  # the judging process recomputes L6's statistics from these outputs
-    return out
+    # the contract results and the raw outputs only: the judging process computes every statistic
+    # from ``raw`` (speccheck.validation.battery.judge_cell), whatever this process computed
+    return {"results": [plain(r.as_dict()) for r in contract], "raw": raw}
 
 
 def echo(unit: Unit) -> dict:

@@ -82,9 +82,17 @@ def _declared(verifier: Any, deltas: np.ndarray, K: int) -> np.ndarray:
     return values
 
 
-def stratum_tests(verifier: Any, screen: Screen, rows: np.ndarray, lo: float, hi: float, K: int, alpha: float,
-                  power: float, n_shared: int, shared_rows: int, has_acceptance: bool) -> list[TestResult]:
-    """PIT KS, acceptance <= list bound and (if declared) acceptance = declared on ``rows``."""
+def _shared_rows(rows: np.ndarray, hi: float, n_shared: int, shared_rows: int) -> np.ndarray:
+    """The rows of a stratum whose delta the declared acceptance is evaluated at: the first
+    ``n_shared`` groups of ``shared_rows`` rows (one delta each) of a bin, every row of the atom."""
+    return rows[: n_shared * shared_rows] if hi > 0 else rows
+
+
+def stratum_tests(screen: Screen, rows: np.ndarray, lo: float, hi: float, K: int, alpha: float, power: float,
+                  n_shared: int, shared_rows: int, declared: np.ndarray | str | None) -> list[TestResult]:
+    """PIT KS, acceptance <= list bound and (``declared``: the verifier's acceptance at the
+    stratum's shared deltas, or the error its ``acceptance`` raised) acceptance = declared on
+    ``rows``. Pure: no verifier."""
     from speccheck.theory import list_bound_iid
 
     cell = stratum_cell(lo, hi, K)
@@ -94,20 +102,19 @@ def stratum_tests(verifier: Any, screen: Screen, rows: np.ndarray, lo: float, hi
     bound = list_bound_iid(delta, K) if hi > 0 else np.ones_like(delta)
     out.append(bernoulli_sum_test(int(acc.sum()), bound, alpha, cell=cell, test="acceptance<=list-bound",
                                   one_sided_upper=True, power=power))
-    if has_acceptance:
-        if hi > 0:  # the declared acceptance at the stratum's shared deltas, on their rows
-            shared = rows[: n_shared * shared_rows]
-            d_shared, per_delta = screen.delta[shared][::shared_rows], shared_rows
-        else:  # the atom: one delta (0) for all rows
-            shared, d_shared, per_delta = rows, np.zeros(1), rows.size
-        try:
-            a = _declared(verifier, d_shared, K)
-            k = int(screen.accepted[shared].sum())
-            out.append(bernoulli_sum_test(k, a, alpha, counts=np.full(a.size, per_delta), cell=cell,
-                                          test="acceptance=declared", power=power))
-        except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect
-            out.append(TestResult(cell, "acceptance=declared", math.nan, math.nan, 0.0, math.nan, shared.size,
-                                  passed=False, note=f"acceptance() raised {type(exc).__name__}: {exc}"))
+    if isinstance(declared, str):
+        out.append(TestResult(cell, "acceptance=declared", math.nan, math.nan, 0.0, math.nan,
+                              _shared_rows(rows, hi, n_shared, shared_rows).size, passed=False, note=declared))
+    elif declared is not None:
+        shared = _shared_rows(rows, hi, n_shared, shared_rows)
+        per_delta = shared_rows if hi > 0 else rows.size
+        a = np.asarray(declared, dtype=np.float64).reshape(-1)
+        if a.size != max(1, shared.size // max(per_delta, 1)) or not np.all((a >= 0) & (a <= 1)):
+            raise ValueError(f"declared acceptance of stratum {cell!r}: {a.size} values, expected one probability "
+                             "per shared delta")
+        k = int(screen.accepted[shared].sum())
+        out.append(bernoulli_sum_test(k, a, alpha, counts=np.full(a.size, per_delta), cell=cell,
+                                      test="acceptance=declared", power=power))
     for r in out:
         r.layer = LAYER
         r.extra.update(where)
@@ -118,17 +125,20 @@ def _identity(v: np.ndarray) -> np.ndarray:
     return v
 
 
-def run_k(verifier: Any, spec: ContinuousSpec, K: int, n: int, n_shared: int, alpha: float, power: float,
-          device: torch.device, seed: int, has_acceptance: bool) -> tuple[list[TestResult], Screen | None]:
-    """All strata of one K: draw, verify (chunks mixing strata), contract, then the tests."""
+def draw_k(verifier: Any, spec: ContinuousSpec, K: int, n: int, n_shared: int, device: torch.device, seed: int,
+           has_acceptance: bool) -> tuple[list[TestResult], dict | None]:
+    """The user-code half of one K: draw every stratum's rows, verify (chunks mixing strata),
+    check the contract, read the declared acceptance. Returns the contract results and the raw
+    outputs in the drawn order (None when the contract stopped the run): ``delta``, ``z`` =
+    s_out - delta, ``accepted`` (numpy), and per stratum the declared acceptance at its shared
+    deltas (``declared``: a list with an array, or the error ``acceptance`` raised, per stratum)."""
     strata = spec.strata()
     g = make_generator(seed, device)
-    shared_rows = min(spec.declared_rows, n // max(n_shared, 1)) if n_shared else 0
+    shared_rows = _shared_count(n, n_shared, spec)
     deltas = torch.cat([draw_deltas(lo, hi, n, n_shared, shared_rows, g, device) for lo, hi in strata])
-    stratum_of = torch.arange(len(strata), device=device).repeat_interleave(n)
     order = torch.randperm(deltas.numel(), generator=g, device=device)
-    deltas, stratum_of = deltas[order], stratum_of[order]
-    u_parts, acc_parts, contract = [], [], {}
+    deltas = deltas[order]
+    z_parts, acc_parts, contract = [], [], {}
     label = f"K={K} (all strata)"
     for start in range(0, deltas.numel(), spec.chunk):
         d = deltas[start:start + spec.chunk]
@@ -147,24 +157,74 @@ def run_k(verifier: Any, spec: ContinuousSpec, K: int, n: int, n_shared: int, al
         if parsed is None:
             return list(contract.values()), None
         s_out, accepted, _ = parsed
-        u_parts.append(torch.special.ndtr(s_out - d))
+        z_parts.append(s_out - d)
         acc_parts.append(accepted)
-    results = list(contract.values())
-    u = torch.cat(u_parts)
-    if not bool(torch.isfinite(u).all()):
-        return results, None  # the contract:finite check failed and says so
+    z = torch.cat(z_parts)
+    if bool(torch.isnan(z).any()):  # (an infinite s_out has PIT 0 or 1: it is judged, and contract:finite fails)
+        return list(contract.values()), None  # the contract:finite check failed and says so
     inverse = torch.argsort(order)  # back to the drawn order: stratum j is rows j*n ... (j+1)*n - 1
-    screen = Screen(K, deltas[inverse].cpu().numpy(), u[inverse].cpu().numpy(),
-                    torch.cat(acc_parts)[inverse].cpu().numpy())
+    raw = {"delta": deltas[inverse].cpu().numpy(), "z": z[inverse].cpu().numpy(),
+           "accepted": torch.cat(acc_parts)[inverse].cpu().numpy()}
+    if has_acceptance:
+        raw["declared"] = [_declared_or_error(verifier, raw["delta"], np.arange(j * n, (j + 1) * n), hi, K,
+                                              n_shared if hi > 0 else 0, shared_rows)
+                           for j, (_, hi) in enumerate(strata)]
+    return list(contract.values()), raw
+
+
+def _shared_count(n: int, n_shared: int, spec: ContinuousSpec) -> int:
+    return min(spec.declared_rows, n // max(n_shared, 1)) if n_shared else 0
+
+
+def _declared_or_error(verifier: Any, delta: np.ndarray, rows: np.ndarray, hi: float, K: int, n_shared: int,
+                       shared_rows: int) -> np.ndarray | str:
+    try:
+        at = delta[_shared_rows(rows, hi, n_shared, shared_rows)][::shared_rows] if hi > 0 else np.zeros(1)
+        return _declared(verifier, at, K)
+    except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect, judged as such
+        return f"acceptance() raised {type(exc).__name__}: {exc}"
+
+
+def screen_of(raw: dict, K: int) -> Screen:
+    """The screening rows of one K from its raw outputs (u = Phi(z), computed here)."""
+    z = torch.from_numpy(np.ascontiguousarray(raw["z"], dtype=np.float64))
+    return Screen(K, np.asarray(raw["delta"], dtype=np.float64), torch.special.ndtr(z).numpy(),
+                  np.asarray(raw["accepted"], dtype=bool))
+
+
+def judge_k(raw: dict, spec: ContinuousSpec, K: int, n: int, n_shared: int, alpha: float, power: float,
+            has_acceptance: bool) -> list[TestResult]:
+    """The statistics half of one K, from its raw outputs alone (no verifier, no user code): per
+    stratum :func:`stratum_tests`, then the pooled PIT KS. Malformed raw outputs raise ValueError."""
+    strata = spec.strata()
+    screen = screen_of(raw, K)
+    if not (screen.delta.shape == screen.u.shape == screen.accepted.shape == (len(strata) * n,)):
+        raise ValueError(f"layer 5 raw outputs at K={K}: {screen.u.shape[0]} rows, expected {len(strata) * n}")
+    if not (np.all(np.isfinite(screen.u)) and np.all(np.isfinite(screen.delta))):
+        raise ValueError(f"layer 5 raw outputs at K={K} hold non-finite values")
+    declared = raw.get("declared") if has_acceptance else None
+    if has_acceptance and (not isinstance(declared, list) or len(declared) != len(strata)):
+        raise ValueError(f"layer 5 raw outputs at K={K}: the declared acceptance is missing")
+    shared_rows = _shared_count(n, n_shared, spec)
+    results: list[TestResult] = []
     for j, (lo, hi) in enumerate(strata):
         rows = np.arange(j * n, (j + 1) * n)
-        results += stratum_tests(verifier, screen, rows, lo, hi, K, alpha, power, n_shared if hi > 0 else 0,
-                                 shared_rows, has_acceptance)
+        results += stratum_tests(screen, rows, lo, hi, K, alpha, power, n_shared if hi > 0 else 0, shared_rows,
+                                 declared[j] if declared is not None else None)
     pooled = ks_dkw_test(screen.u, _identity, alpha, cell=f"all deltas,K={K}", test="pit-ks", power=power)
     pooled.layer = LAYER
     pooled.extra.update({"K": K, "pooled": True})  # names no delta window: not a localisation candidate
     results.append(pooled)
-    return results, screen
+    return results
+
+
+def run_k(verifier: Any, spec: ContinuousSpec, K: int, n: int, n_shared: int, alpha: float, power: float,
+          device: torch.device, seed: int, has_acceptance: bool) -> tuple[list[TestResult], Screen | None]:
+    """All strata of one K in this process: :func:`draw_k` then :func:`judge_k`."""
+    contract, raw = draw_k(verifier, spec, K, n, n_shared, device, seed, has_acceptance)
+    if raw is None:
+        return contract, None
+    return contract + judge_k(raw, spec, K, n, n_shared, alpha, power, has_acceptance), screen_of(raw, K)
 
 
 def planned_tests(spec: ContinuousSpec, Ks: list[int], has_acceptance: bool) -> int:
@@ -193,5 +253,5 @@ def run_layer(verifier: Any, spec: ContinuousSpec, *, Ks: list[int], alpha: floa
     return results, screens
 
 
-__all__ = ["Screen", "draw_deltas", "planned_tests", "run_k", "run_layer", "scaled", "stratum_cell",
-           "stratum_tests"]
+__all__ = ["Screen", "draw_deltas", "draw_k", "judge_k", "planned_tests", "run_k", "run_layer", "scaled",
+           "screen_of", "stratum_cell", "stratum_tests"]

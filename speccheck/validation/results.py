@@ -172,8 +172,6 @@ class BatteryReport:
     scale: float = 1.0
     layers: list[str] = field(default_factory=list)
     localisations: list[Localisation] = field(default_factory=list)
-    #: layer L6's raw outputs (not serialised with the report; see battery.rejudge_sequence)
-    sequence_raw: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:

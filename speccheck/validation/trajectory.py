@@ -18,6 +18,7 @@ Entry points for the battery: :func:`run_trajectory_checks` (and the two buildin
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -171,6 +172,58 @@ def small_mixture(d: int = 6, seed: int = 7) -> GaussianMixture:
     return GaussianMixture(means, stds, seed=seed, name="gmm-small")
 
 
+def draw_trajectories(verifier: Any, *, n_traj: int = 300, seed: int = 0,
+                      sampler_factory: Optional[Callable] = None, lazy: bool = True, K: int = 2, L: int = 3,
+                      d: int = 6, device: str | torch.device = "cpu") -> dict:
+    """The user-code half of :func:`run_trajectory_checks`: run the sampler on both targets and
+    return the raw outputs (numpy, on the host): per target its ``label``, recorded ``states``
+    [n_traj, N + 1, d] and ``commit_depth``."""
+    if n_traj < 20:
+        raise ValueError(f"n_traj must be >= 20, got {n_traj}")
+    ver = resolve_verifier(verifier)
+    supports = getattr(ver, "supports_K", None)
+    tree = uniform_tree(K, L) if (supports is None or supports(K)) else chain(L)
+    factory = sampler_factory or SpeculativeSampler
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    raw: dict = {"d": int(d), "targets": []}
+    for name, target in (("gaussian", GaussianData(np.linspace(-1.0, 1.0, d), 0.5)), ("mixture", small_mixture(d))):
+        sp = factory(target, default_schedule(), tree, ver, freeze="velocity", prefetch="nearest", leaves=False,
+                     lazy=lazy)
+        x0 = torch.randn(n_traj, d, generator=g, dtype=torch.float64, device=dev)
+        res = sp.run(x0, g, record_states=True)
+        raw["targets"].append({"name": name, "label": f"({name}, {verifier_name(ver)}, {tree.name})",
+                               "states": res.states.cpu().numpy(), "commit_depth": res.commit_depth.cpu().numpy()})
+    return raw
+
+
+def judge_trajectories(raw: dict, *, alpha: float = 1e-3) -> list[TestResult]:
+    """The statistics half of :func:`run_trajectory_checks`, from the raw outputs alone (no
+    verifier, no user code). Malformed raw outputs raise ValueError."""
+    if not (0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    d, sched = int(raw["d"]), default_schedule()
+    targets = {"gaussian": GaussianData(np.linspace(-1.0, 1.0, d), 0.5), "mixture": small_mixture(d)}
+    entries = raw["targets"]
+    if [e["name"] for e in entries] != list(targets):
+        raise ValueError("trajectory raw outputs: expected the gaussian and mixture runs")
+    out: list[TestResult] = []
+    for entry in entries:
+        states = torch.from_numpy(np.ascontiguousarray(entry["states"], dtype=np.float64))
+        depth = torch.from_numpy(np.asarray(entry["commit_depth"]).astype(np.int64))
+        steps = sched.t.size - 1
+        if states.dim() != 3 or tuple(states.shape[1:]) != (steps + 1, d) or tuple(depth.shape) != (
+                states.shape[0], steps):
+            raise ValueError(f"trajectory raw outputs: states {tuple(states.shape)}, commit depth "
+                             f"{tuple(depth.shape)}, expected [n, {steps + 1}, {d}] and [n, {steps}]")
+        res = SimpleNamespace(states=states, commit_depth=depth)  # the two fields the checks read
+        target, label = targets[entry["name"]], str(entry["label"])
+        out += innovation_checks(res, target, sched, alpha=alpha / 3, label=label)
+        if entry["name"] == "gaussian":
+            out += gaussian_chain_checks(res, target, sched, alpha=alpha / 3, label=label)
+    return out
+
+
 def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, alpha: float = 1e-3,
                           sampler_factory: Optional[Callable] = None, lazy: bool = True,
                           K: int = 2, L: int = 3, d: int = 6, device: str | torch.device = "cpu") -> list[TestResult]:
@@ -185,33 +238,13 @@ def run_trajectory_checks(verifier: Any, *, n_traj: int = 300, seed: int = 0, al
     gets alpha / 3, so the probability that an exact sampler fails any check is <= alpha.
     Returns all TestResult records (``all(r.passed for r in ...)`` is the verdict).
     ``device``: where the sampler runs (it follows x0 and the generator); the recorded states
-    come back to the host for the tests.
+    come back to the host for the tests (:func:`draw_trajectories` then :func:`judge_trajectories`).
     """
-    if n_traj < 20:
-        raise ValueError(f"n_traj must be >= 20, got {n_traj}")
     if not (0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    ver = resolve_verifier(verifier)
-    supports = getattr(ver, "supports_K", None)
-    tree = uniform_tree(K, L) if (supports is None or supports(K)) else chain(L)
-    factory = sampler_factory or SpeculativeSampler
-    sched = default_schedule()
-    out: list[TestResult] = []
-    dev = torch.device(device)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    gauss = GaussianData(np.linspace(-1.0, 1.0, d), 0.5)
-    mix = small_mixture(d)
-    for name, target in (("gaussian", gauss), ("mixture", mix)):
-        sp = factory(target, sched, tree, ver, freeze="velocity", prefetch="nearest", leaves=False, lazy=lazy)
-        x0 = torch.randn(n_traj, d, generator=g, dtype=torch.float64, device=dev)
-        res = sp.run(x0, g, record_states=True)
-        if dev.type != "cpu":
-            res.states, res.commit_depth = res.states.cpu(), res.commit_depth.cpu()
-        tag = f"({name}, {verifier_name(ver)}, {tree.name})"
-        out += innovation_checks(res, target, sched, alpha=alpha / 3, label=tag)
-        if name == "gaussian":
-            out += gaussian_chain_checks(res, target, sched, alpha=alpha / 3, label=tag)
-    return out
+    raw = draw_trajectories(verifier, n_traj=n_traj, seed=seed, sampler_factory=sampler_factory, lazy=lazy, K=K,
+                            L=L, d=d, device=device)
+    return judge_trajectories(raw, alpha=alpha)
 
 
 def failed(results: list[TestResult]) -> list[TestResult]:

@@ -60,3 +60,21 @@ def kill_self(heartbeat):
     import signal
 
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def emits_arrays(heartbeat, emit, n=5):
+    """Streams values holding numpy arrays of every frame dtype, then a result."""
+    import numpy as np
+
+    heartbeat("emitting")
+    for dtype in ("<f8", "<f4", "<i8", "<i4", "|i1", "|u1", "|b1"):
+        emit({"dtype": dtype, "a": (np.arange(n * 2).reshape(2, n) % 2).astype(dtype), "nested": [{"x": np.zeros(0)}]})
+    return {"emitted": 7}
+
+
+def emits_then_dies(heartbeat, emit):
+    import numpy as np
+
+    heartbeat("emitting")
+    emit({"a": np.ones(3)})
+    os._exit(0)

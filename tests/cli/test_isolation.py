@@ -74,3 +74,44 @@ def test_script_without_main_guard_does_not_recurse(tmp_path):
     r = subprocess.run([sys.executable, str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("top-level ran") == 1 and "{'value': 3}" in r.stdout
+
+
+def test_emitted_values_bring_their_arrays_as_numbers():
+    import numpy as np
+
+    seen = []
+    out = run_isolated(f"{J}:emits_arrays", {"n": 5}, timeout=20.0, on_value=seen.append)
+    assert out == {"emitted": 7} and len(seen) == 7
+    for value in seen:
+        a = value["a"]
+        assert isinstance(a, np.ndarray) and a.dtype.str == value["dtype"] and a.shape == (2, 5)
+        assert np.array_equal(a, (np.arange(10).reshape(2, 5) % 2).astype(value["dtype"]))
+        assert a.flags.writeable and value["nested"][0]["x"].shape == (0,)
+    seen.clear()
+    with pytest.raises(errors.IsolatedCodeError, match=r"os._exit\(0\)"):  # values so far, never a result
+        run_isolated(f"{J}:emits_then_dies", {}, timeout=20.0, on_value=seen.append)
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("header, message, frames, pattern", [
+    ({"frames": 1}, {"a": {"__frame__": 0, "dtype": "|O", "shape": [1]}}, [b"\0" * 8], "bad array frame"),
+    ({"frames": 1}, {"a": {"__frame__": 0, "dtype": "<f8", "shape": [2]}}, [b"\0" * 8], "1 values for shape"),
+    ({"frames": 1}, {"a": {"__frame__": 1, "dtype": "<f8", "shape": [1]}}, [b"\0" * 8], "bad array frame"),
+    ({"frames": 1}, {"a": {"__frame__": 0, "dtype": "<f8", "shape": [1]},
+                     "b": {"__frame__": 0, "dtype": "<f8", "shape": [1]}}, [b"\0" * 8], "bad array frame"),
+    ({"frames": 1}, {"a": {"__frame__": 0, "dtype": "<f8", "shape": [-1]}}, [b"\0" * 8], "bad array frame"),
+    ({"frames": -3}, {}, [], "bad frame count"),
+    ({"frames": 2}, {}, [b""], "stopped mid-message"),
+])
+def test_a_malformed_message_is_refused_never_interpreted(monkeypatch, header, message, frames, pattern):
+    import json
+    import multiprocessing
+
+    from speccheck import isolation
+
+    monkeypatch.setattr(isolation, "_FRAME_WAIT_S", 0.2)
+    receive, send = multiprocessing.Pipe(duplex=False)
+    for part in [json.dumps(header).encode(), json.dumps(message).encode(), *frames]:
+        send.send_bytes(part)
+    with pytest.raises(ValueError, match=pattern):
+        isolation._recv(receive)

@@ -7,7 +7,7 @@ Layers (sizes in the suite's TOML, ``speccheck/data/suites/*.toml``; ``layers=``
   seed changes it, ``generator=None`` works, inputs unchanged. Deterministic (rate 0).
 - L1 scalar grid: KS of s_out against N(delta, 1) (DKW-Massart) and the lower/upper
   ``tail_q`` tails (exact binomial) on a delta x K grid, plus the contract on every batch
-  (the samples stay on the device; :mod:`speccheck.validation.device_stats` reduces them);
+  (:mod:`speccheck.validation.device_stats` reduces them);
 - L2 acceptance on the same draws: exact binomial test against the declared
   ``acceptance(delta, K)`` and a one-sided test against the i.i.d.-list bound (n/a where the
   bound is 1);
@@ -23,6 +23,14 @@ Layers (sizes in the suite's TOML, ``speccheck/data/suites/*.toml``; ``layers=``
   deltas): pooled PIT, mean and delta-proportional shift, row independence, acceptance at small
   and large anchors (and, where a suite asks, a replay on a fresh instance).
 
+Who computes what: each cell is drawn (:func:`draw_cell`: the verifier's code runs, the contract
+is checked, the raw outputs come back as arrays) and judged (:func:`judge_cell`: every statistic,
+threshold and pass/fail from those arrays alone, never calling the verifier). A run through
+``speccheck.api.battery`` (the command, the pytest fixture, Dask) draws in another process (an
+isolated child or a Dask worker) and judges in the calling process, which never imports the
+verifier's module: code that patches speccheck's statistics where the verifier runs changes
+nothing in the verdict.
+
 Error control: every statistical test has a valid p-value; the suite's family-wise
 false-failure rate ``family_alpha`` is split by Holm over all of them; thresholds are quoted
 at the binding level family_alpha / m; each test carries its minimum detectable deviation at
@@ -30,7 +38,7 @@ the suite's power. When the run fails, :mod:`speccheck.validation.localise` conf
 failing delta window and K on fresh draws, with an error budget of its own.
 """
 
-from speccheck.validation.battery.cells import run_cell
+from speccheck.validation.battery.cells import STAT_LAYERS, draw_cell, judge_cell, run_cell
 from speccheck.validation.battery.plan import _check_alpha as _check_alpha  # private, used by speccheck.api and
 from speccheck.validation.battery.plan import _check_Ks as _check_Ks  # speccheck.scale through this package
 from speccheck.validation.battery.plan import _check_scale as _check_scale
@@ -52,13 +60,12 @@ from speccheck.validation.battery.verdict import (
     assemble_report,
     failures_to_localise,
     localise_report,
-    rejudge_sequence,
 )
 from speccheck.validation.contract import contract_checks
 from speccheck.validation.results import BatteryReport, TestResult
 
-__all__ = ["BatteryReport", "TestResult", "assemble_report", "assert_battery_passes", "battery_cells", "check_evidence",
-           "contract_checks", "failures_to_localise", "first_cells", "fresh_verifier", "load_verifier",
-           "localise_report", "per_test_alpha", "plan_battery", "planned_tests", "rejudge_sequence",
+__all__ = ["STAT_LAYERS", "BatteryReport", "TestResult", "assemble_report", "assert_battery_passes", "battery_cells",
+           "check_evidence", "contract_checks", "draw_cell", "failures_to_localise", "first_cells", "fresh_verifier",
+           "judge_cell", "load_verifier", "localise_report", "per_test_alpha", "plan_battery", "planned_tests",
            "resolve_device", "resolve_layers", "run_battery", "run_cell"]
 

@@ -28,20 +28,20 @@ from speccheck.validation.contract import (
 from speccheck.validation.results import TestResult
 from speccheck.validation.stats import binom_test, ks_dkw_test
 from speccheck.validation.suites import Suite
-from speccheck.validation.trajectory import run_trajectory_checks
+from speccheck.validation.trajectory import draw_trajectories, judge_trajectories
 
-__all__ = ["run_cell"]
+__all__ = ["STAT_LAYERS", "draw_cell", "judge_cell", "run_cell"]
 
 
 # ------------------------------------------------------------------------- L1 + L2
-def _grid_cell(v: Any, delta: float, K: int, n_draws: int, cell: str, st: Suite, alpha_t: float,
-               device: torch.device, seed: int, has_acc: bool) -> list[TestResult]:
-    """One (delta, K) cell of the grid: contract on every batch, KS, tails, acceptance tests."""
-    from speccheck.theory import list_bound_iid
-
+def _draw_grid_cell(v: Any, delta: float, K: int, n_draws: int, cell: str, st: Suite, device: torch.device,
+                    seed: int, has_acc: bool) -> tuple[list[TestResult], dict | None]:
+    """User-code half of one (delta, K) grid cell: draw, verify, check the contract on every
+    batch, read the declared acceptance. Raw outputs (host numpy): ``x`` = s_out, ``accepted``,
+    ``declared`` (a probability, or the error ``acceptance`` raised); None without a usable sample."""
     spec = st.scalar
     g = make_generator(seed, device)
-    outs, n_acc, n_done = [], 0, 0
+    outs, accepted, n_done = [], [], 0
     contract: dict[str, TestResult] = {}
     while n_done < n_draws:
         b = min(spec.chunk, n_draws - n_done)
@@ -55,18 +55,42 @@ def _grid_cell(v: Any, delta: float, K: int, n_draws: int, cell: str, st: Suite,
         if parsed is None:
             break
         outs.append(parsed[0])
-        n_acc += int(parsed[1].sum())
+        accepted.append(parsed[1])
         n_done += b
     results = list(contract.values())
     if not outs or not all(r.passed for r in results if r.test == "contract:finite"):
-        return results  # no usable sample: the contract failures say why
-    x = torch.cat(outs)  # stays on the device: the statistics are reduced there, scalars come back
+        return results, None  # no usable sample: the contract failures say why
+    raw: dict = {"x": torch.cat(outs).cpu().numpy(), "accepted": torch.cat(accepted).cpu().numpy()}
+    if has_acc:
+        try:
+            declared = float(np.asarray(v.acceptance(np.array([delta]), K), np.float64).ravel()[0])
+            if not 0.0 <= declared <= 1.0:
+                raise ValueError(f"declared acceptance {declared!r} is not a probability")
+            raw["declared"] = declared
+        except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect
+            raw["declared"] = f"acceptance() raised {type(exc).__name__}: {exc}"
+    return results, raw
+
+
+def _judge_grid_cell(raw: dict, delta: float, K: int, n_draws: int, cell: str, st: Suite, alpha_t: float,
+                     has_acc: bool) -> list[TestResult]:
+    """Statistics half of one grid cell, from its raw outputs alone: KS and tails of s_out against
+    N(delta, 1), acceptance <= the i.i.d. list bound, acceptance = declared."""
+    from speccheck.theory import list_bound_iid
+
+    spec = st.scalar
+    x = torch.from_numpy(np.ascontiguousarray(raw["x"], dtype=np.float64))
+    acc = np.asarray(raw["accepted"], dtype=bool)
+    if x.dim() != 1 or not 0 < x.numel() <= n_draws or acc.shape != (x.numel(),):
+        raise ValueError(f"grid cell {cell!r}: {x.numel()} outputs, {acc.size} accepted flags for {n_draws} draws")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"grid cell {cell!r}: non-finite outputs")
     where = {"delta": delta, "K": K}
     cdf = device_stats.normal_cdf(delta)
     stat = [device_stats.ks_dkw_test(x, cdf, alpha_t, cell=cell, test="ks", power=st.power),
             device_stats.tail_test(x, cdf, alpha_t, q=spec.tail_q, cell=cell, test=f"tails{spec.tail_q:g}",
                                    power=st.power)]
-    n = x.numel()
+    n, n_acc = x.numel(), int(acc.sum())
     bound = float(list_bound_iid(np.array(delta), K))
     if bound >= 1.0:
         stat.append(TestResult(cell, "acceptance<=list-bound", n_acc / n - 1.0, math.inf, 1.0, math.inf, n,
@@ -75,33 +99,36 @@ def _grid_cell(v: Any, delta: float, K: int, n_draws: int, cell: str, st: Suite,
         stat.append(binom_test(n_acc, n, bound, alpha_t, cell=cell, test="acceptance<=list-bound",
                                one_sided_upper=True, power=st.power))
     if has_acc:
-        try:
-            declared = float(np.asarray(v.acceptance(np.array([delta]), K), np.float64).ravel()[0])
-            if not 0.0 <= declared <= 1.0:
-                raise ValueError(f"declared acceptance {declared!r} is not a probability")
-            stat.append(binom_test(n_acc, n, declared, alpha_t, cell=cell, test="acceptance=declared",
-                                   power=st.power))
-        except Exception as exc:  # noqa: BLE001 - a broken declaration is a defect
+        declared = raw.get("declared")
+        if isinstance(declared, str):
             stat.append(TestResult(cell, "acceptance=declared", math.nan, math.nan, 0.0, math.nan, n,
-                                   passed=False, note=f"acceptance() raised {type(exc).__name__}: {exc}"))
+                                   passed=False, note=declared))
+        elif isinstance(declared, (int, float)) and 0.0 <= float(declared) <= 1.0:
+            stat.append(binom_test(n_acc, n, float(declared), alpha_t, cell=cell, test="acceptance=declared",
+                                   power=st.power))
+        else:
+            raise ValueError(f"grid cell {cell!r}: declared acceptance {declared!r} is not a probability")
     for r in stat:
         r.layer = "L2" if r.test.startswith("acceptance") else "L1"
         r.extra.update(where)
-    return results + stat
+    return stat
 
 
-def _run_grid_cell(v: Any, plan: _Plan, st: Suite, label: str, alpha_t: float, device: torch.device,
-                   base: int) -> list[TestResult]:
+def _grid_cell_of(plan: _Plan, label: str) -> tuple[float, int, int, str]:
+    return next(c for c in plan.grid_cells if c[3] == label)
+
+
+def _draw_grid(v: Any, plan: _Plan, st: Suite, label: str, device: torch.device,
+               base: int) -> tuple[list[TestResult], dict | None]:
     """The grid cell named ``label``, seeded by its identity: ``unit_seed(base, 1, label)``."""
-    delta, K, n_draws, cell = next(c for c in plan.grid_cells if c[3] == label)
+    delta, K, n_draws, cell = _grid_cell_of(plan, label)
     try:
-        return _grid_cell(v, delta, K, n_draws, cell, st, alpha_t, device, unit_seed(base, 1, cell),
-                          plan.has_acceptance)
+        return _draw_grid_cell(v, delta, K, n_draws, cell, st, device, unit_seed(base, 1, cell), plan.has_acceptance)
     except DeviceError:
         raise
     except Exception as exc:  # noqa: BLE001 - a defect, not a load error
         return [contract_result(cell, "contract:no-exception", 1, n_draws,
-                                f"verify raised {type(exc).__name__}: {exc}", "L1")]
+                                f"verify raised {type(exc).__name__}: {exc}", "L1")], None
 
 
 # ------------------------------------------------------------------------------- L3
@@ -123,8 +150,12 @@ def _state_shape(d: int) -> tuple[int, ...]:
     return (4, 16) if d == 64 else (d,)
 
 
-def _wrapper_cell(fn: Callable, verifier: Any, dim: int, suite: Suite, n_rows: int, alpha_t: float,
-                  device: torch.device, seed: int) -> list[TestResult]:
+def _draw_wrapper_cell(fn: Callable, verifier: Any, dim: int, suite: Suite, n_rows: int, device: torch.device,
+                       seed: int) -> tuple[list[TestResult], dict | None]:
+    """User-code half of the wrapper cell of dimension ``dim``: verify_states on random states,
+    contract checks, and per row the projections the tests need (host numpy): ``ze`` (on the
+    displacement direction), ``zu`` (on a random direction), ``sq`` (|z|^2) and the linear MMD
+    terms ``h`` against N(0, I)."""
     spec = suite.wrapper
     cell = f"d={dim}"
     g = make_generator(seed, device)
@@ -198,14 +229,25 @@ def _wrapper_cell(fn: Callable, verifier: Any, dim: int, suite: Suite, n_rows: i
     for key in ("index", "accepted-equals-child", "finite"):
         res.append(contract_result(cell, f"contract:states-{key}", bad[key], n_rows,
                              f"{bad[key]} rows violate it" if bad[key] else "", "L3"))
+    for r in res:
+        r.layer = "L3"
     if not ze:
-        return res
-    ze_, zu_, sq_, h_ = (np.concatenate(a) for a in (ze, zu, sq, h))
-    res.append(ks_dkw_test(ze_, special.ndtr, alpha_t, cell=cell, test="direction", power=suite.power))
-    res.append(ks_dkw_test(zu_, special.ndtr, alpha_t, cell=cell, test="random-direction", power=suite.power))
-    res.append(ks_dkw_test(sq_, lambda v: sstats.chi2.cdf(v, dim), alpha_t, cell=cell, test="chi2-norm",
-                           power=suite.power))
-    res.append(_mmd_from_h(h_, alpha_t, cell, suite.power))
+        return res, None
+    return res, {"ze": np.concatenate(ze), "zu": np.concatenate(zu), "sq": np.concatenate(sq), "h": np.concatenate(h)}
+
+
+def _judge_wrapper_cell(raw: dict, dim: int, n_rows: int, suite: Suite, alpha_t: float) -> list[TestResult]:
+    """Statistics half of a wrapper cell, from the per-row projections alone: KS of the two
+    projections against N(0, 1), of |z|^2 against chi2(d), and the linear-time MMD."""
+    cell = f"d={dim}"
+    ze, zu, sq, h = (np.asarray(raw[k], dtype=np.float64) for k in ("ze", "zu", "sq", "h"))
+    if not (ze.ndim == 1 and 0 < ze.size <= n_rows and ze.shape == zu.shape == sq.shape and 2 * h.size == ze.size):
+        raise ValueError(f"wrapper cell {cell!r}: projections of {ze.size}, {zu.size}, {sq.size} rows and {h.size} "
+                         f"MMD terms for {n_rows} rows")
+    res = [ks_dkw_test(ze, special.ndtr, alpha_t, cell=cell, test="direction", power=suite.power),
+           ks_dkw_test(zu, special.ndtr, alpha_t, cell=cell, test="random-direction", power=suite.power),
+           ks_dkw_test(sq, lambda v: sstats.chi2.cdf(v, dim), alpha_t, cell=cell, test="chi2-norm", power=suite.power),
+           _mmd_from_h(h, alpha_t, cell, suite.power)]
     for r in res:
         r.layer = "L3"
     return res
@@ -226,23 +268,32 @@ def _mmd_from_h(h: np.ndarray, alpha: float, cell: str, power: float) -> TestRes
 
 
 
-def _run_wrapper_cell(v: Any, st: Suite, dim: int, scale: float, alpha_t: float, device: torch.device,
-                      base: int) -> list[TestResult]:
-    """The wrapper cell of dimension ``dim``, seeded by its identity: ``unit_seed(base, 3, dim)``."""
+def _wrapper_rows(st: Suite, scale: float) -> int:
     n_rows = continuous.scaled(st.wrapper.n, scale, 64)
-    n_rows += n_rows % 2
+    return n_rows + n_rows % 2
+
+
+def _draw_wrapper(v: Any, st: Suite, dim: int, scale: float, device: torch.device,
+                  base: int) -> tuple[list[TestResult], dict | None]:
+    """The wrapper cell of dimension ``dim``, seeded by its identity: ``unit_seed(base, 3, dim)``."""
+    n_rows = _wrapper_rows(st, scale)
     try:
-        return _wrapper_cell(_wrapper_fn(v), v, dim, st, n_rows, alpha_t, device, unit_seed(base, 3, dim))
+        return _draw_wrapper_cell(_wrapper_fn(v), v, dim, st, n_rows, device, unit_seed(base, 3, dim))
     except DeviceError:
         raise
     except Exception as exc:  # noqa: BLE001
         return [contract_result(f"d={dim}", "contract:no-exception", 1, n_rows,
-                                f"verify_states raised {type(exc).__name__}: {exc}", "L3")]
+                                f"verify_states raised {type(exc).__name__}: {exc}", "L3")], None
 
 
 # ------------------------------------------------------------------------------- L4
-def _layer_trajectory(v: Any, opts: dict, scale: float, seed: int, device: torch.device) -> list[TestResult]:
-    """The trajectory checks (innovations by commit depth; Gaussian data vs the exact chain law)."""
+TRAJECTORY_ALPHA = 1e-3  # the layer's own Bonferroni level; its p-values then enter Holm
+
+
+def _draw_trajectory(v: Any, opts: dict, scale: float, seed: int,
+                     device: torch.device) -> tuple[list[TestResult], dict | None]:
+    """The sampler runs of the trajectory layer (innovations by commit depth; Gaussian data vs the
+    exact chain law), raw states only."""
     kw = {k: opts[k] for k in ("n_traj", "K", "L", "d") if k in opts}
     if "n_traj" in kw:
         kw["n_traj"] = continuous.scaled(int(kw["n_traj"]), scale, 20)
@@ -251,53 +302,128 @@ def _layer_trajectory(v: Any, opts: dict, scale: float, seed: int, device: torch
         kw["sampler_factory"] = factory
     base = getattr(v, "base", v) if factory is not None else v
     try:
-        checks = run_trajectory_checks(base, seed=seed % (2 ** 31), alpha=1e-3, device=device, **kw)
+        return [], draw_trajectories(base, seed=seed % (2 ** 31), device=device, **kw)
     except DeviceError:
         raise
     except Exception as exc:  # noqa: BLE001 - a defect, not a load error
         return [contract_result("trajectory", "contract:no-exception", 1, 0,
-                                f"trajectory checks raised {type(exc).__name__}: {exc}", "L4")]
+                                f"trajectory checks raised {type(exc).__name__}: {exc}", "L4")], None
+
+
+def _judge_trajectory(raw: dict) -> list[TestResult]:
+    checks = judge_trajectories(raw, alpha=TRAJECTORY_ALPHA)
     for r in checks:
         r.layer = "L4"
         r.note = r.note or "p-value test (threshold = the Holm level on p)"
     return checks
 
 
-def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, alpha_t: float,
-             device: torch.device, scale: float) -> tuple[list[TestResult], Any]:
-    """One cell of a battery run: ``(results, screen)`` (the continuous layer's rows at that K for
-    localisation, else None). Its seed comes from its identity (``unit_seed(base, layer number,
-    label)``), and the global generators start from a seed of that identity too
-    (:func:`speccheck.seeding.pinned_global_rngs`), so a cell gives the same results wherever and
-    in whatever order it runs. The L0 and L4 cells need no plan; the others take the per-test
-    level ``alpha_t`` of the whole family."""
+# ------------------------------------------------------------------------- one cell
+STAT_LAYERS = ("L1", "L3", "L4", "L5", "L6")  # the layers whose cells send raw outputs to be judged
+
+
+def draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, device: torch.device,
+              scale: float) -> tuple[list[TestResult], dict | None]:
+    """The user-code half of one cell of a battery run: ``(contract results, raw outputs)``. The
+    raw outputs (numpy arrays and plain values; None when the contract stopped the cell, or for
+    the contract cell L0) are all :func:`judge_cell` needs. The cell's seed comes from its
+    identity (``unit_seed(base, layer number, label)``), and the global generators start from a
+    seed of that identity too (:func:`speccheck.seeding.pinned_global_rngs`), so a cell gives the
+    same outputs wherever and in whatever order it runs. The L0 and L4 cells need no plan."""
     with pinned_global_rngs(unit_seed(base, "global-rngs", repr(tuple(cell))), device):
-        return _run_cell(verifier, suite, cell, plan=plan, base=base, alpha_t=alpha_t, device=device, scale=scale)
+        return _draw_cell(verifier, suite, cell, plan=plan, base=base, device=device, scale=scale)
 
 
-def _run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, alpha_t: float,
-              device: torch.device, scale: float) -> tuple[list[TestResult], Any]:
+def _draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, device: torch.device,
+               scale: float) -> tuple[list[TestResult], dict | None]:
     layer = cell[0]
     if layer == "L0":
         return contract_checks(verifier, device=str(device), seed=unit_seed(base, 0), n=suite.contract_n), None
     if layer == "L4":
-        return _layer_trajectory(verifier, suite.trajectory, scale, unit_seed(base, 4), device), None
+        return _draw_trajectory(verifier, suite.trajectory, scale, unit_seed(base, 4), device)
     if plan is None:
         raise InputError(f"battery cell {cell!r} needs the run's plan")
     if layer == "L1":
-        return _run_grid_cell(verifier, _plan_of(plan), suite, str(cell[1]), alpha_t, device, base), None
+        return _draw_grid(verifier, _plan_of(plan), suite, str(cell[1]), device, base)
     if layer == "L3":
-        return _run_wrapper_cell(verifier, suite, int(cell[1]), scale, alpha_t, device, base), None
-    if layer == "L6":  # the second value: the raw outputs its statistics are judged from
-        return sequence.run_layer(verifier, suite.sequence, Ks=list(plan["sequence_Ks"]), alpha=alpha_t,
-                                  power=suite.power, device=device, base=base, scale=scale,
-                                  has_acceptance=bool(plan["has_acceptance"]))
+        return _draw_wrapper(verifier, suite, int(cell[1]), scale, device, base)
+    if layer == "L6":
+        contract, raw = sequence.draw_layer(verifier, sequence.scaled_spec(suite.sequence, scale),
+                                            Ks=list(plan["sequence_Ks"]), device=device, base=base,
+                                            has_acceptance=bool(plan["has_acceptance"]))
+        if raw is None and not contract:
+            contract = [_unsupported(sequence.CELL, plan["sequence_Ks"], "L6")]
+        return contract, raw
     if layer == "L5":
         K = int(cell[1])
-        results, screens = continuous.run_layer(verifier, suite.continuous, Ks=[K], alpha=alpha_t, power=suite.power,
-                                                device=device, base_seed=base, scale=scale,
-                                                has_acceptance=bool(plan["has_acceptance"]),
-                                                heartbeat=lambda label: None)
-        return results, screens.get(K)
+        if not supports(verifier, K):
+            return [_unsupported(f"K={K} (all strata)", [K], "L5")], None
+        spec = suite.continuous
+        n, n_shared = _continuous_sizes(spec, scale, bool(plan["has_acceptance"]))
+        return continuous.draw_k(verifier, spec, K, n, n_shared, device, unit_seed(base, 5, K),
+                                 bool(plan["has_acceptance"]))
     raise InputError(f"unknown battery cell {cell!r}; cells are ('L0',), ('L4',), ('L1', label), ('L5', K), ('L6',), "
                      "('L3', dim)")
+
+
+def _unsupported(cell: str, Ks: list, layer: str) -> TestResult:
+    """supports_K said yes to ``Ks`` when the run was planned and no when the cell ran."""
+    return contract_result(cell, "contract:supports-K", 1, len(Ks), f"supports_K changed its answer for K in "
+                           f"{list(Ks)} between the plan and this cell (it must be a function of K)", layer)
+
+
+def _continuous_sizes(spec: Any, scale: float, has_acceptance: bool) -> tuple[int, int]:
+    return continuous.scaled(spec.n, scale, minimum=16), (spec.declared_deltas if has_acceptance else 0)
+
+
+def judge_cell(suite: Suite, cell: tuple, contract: list[TestResult], raw: dict | None, *, plan: dict | None,
+               base: int, alpha_t: float, scale: float) -> list[TestResult]:
+    """The statistics half of one cell: its contract results followed by the statistical tests
+    computed HERE from ``raw`` alone (the verifier is never called; whatever the process that drew
+    the outputs computed of them plays no part). A statistical cell without raw outputs must
+    carry the contract failure that stopped it; malformed raw outputs raise FileFormatError (no
+    verdict from corrupt evidence)."""
+    from speccheck.errors import FileFormatError
+
+    layer = cell[0]
+    if raw is None:
+        if layer in STAT_LAYERS and all(r.passed for r in contract):
+            raise FileFormatError(f"battery cell {cell!r}: no raw outputs and no contract failure to say why; "
+                                  "no verdict")
+        return list(contract)
+    try:
+        return list(contract) + _judge(suite, cell, raw, plan=plan, base=base, alpha_t=alpha_t, scale=scale)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise FileFormatError(f"battery cell {cell!r}: malformed raw outputs ({type(exc).__name__}: {exc}); "
+                              "no verdict") from None
+
+
+def _judge(suite: Suite, cell: tuple, raw: dict, *, plan: dict | None, base: int, alpha_t: float,
+           scale: float) -> list[TestResult]:
+    layer = cell[0]
+    if layer == "L0":
+        raise ValueError("the contract cell sends no raw outputs")
+    if layer == "L4":
+        return _judge_trajectory(raw)
+    if plan is None:
+        raise InputError(f"battery cell {cell!r} needs the run's plan")
+    has_acc = bool(plan["has_acceptance"])
+    if layer == "L1":
+        delta, K, n_draws, label = _grid_cell_of(_plan_of(plan), str(cell[1]))
+        return _judge_grid_cell(raw, delta, K, n_draws, label, suite, alpha_t, has_acc)
+    if layer == "L3":
+        return _judge_wrapper_cell(raw, int(cell[1]), _wrapper_rows(suite, scale), suite, alpha_t)
+    if layer == "L6":
+        return sequence.judge_layer(raw, sequence.scaled_spec(suite.sequence, scale), alpha=alpha_t,
+                                    power=suite.power, base=base)
+    if layer == "L5":
+        n, n_shared = _continuous_sizes(suite.continuous, scale, has_acc)
+        return continuous.judge_k(raw, suite.continuous, int(cell[1]), n, n_shared, alpha_t, suite.power, has_acc)
+    raise InputError(f"unknown battery cell {cell!r}")
+
+
+def run_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, alpha_t: float,
+             device: torch.device, scale: float) -> tuple[list[TestResult], dict | None]:
+    """One cell in this process: :func:`draw_cell` then :func:`judge_cell`; ``(results, raw)``."""
+    contract, raw = draw_cell(verifier, suite, cell, plan=plan, base=base, device=device, scale=scale)
+    return judge_cell(suite, cell, contract, raw, plan=plan, base=base, alpha_t=alpha_t, scale=scale), raw

@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 from speccheck.errors import DeviceError, InputError
+from speccheck.validation import continuous
 from speccheck.validation.battery.cells import run_cell
 from speccheck.validation.battery.plan import (
     _check_alpha,
@@ -64,7 +65,8 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     (raises, NaN, wrong law) is a failed test in the report.
 
     The run is a set of cells (:func:`first_cells`, :func:`battery_cells`), each seeded from
-    its identity and run by :func:`run_cell`, merged by :func:`assemble_report` with Holm over
+    its identity and run by :func:`run_cell` (the verifier's outputs drawn, then judged from those
+    outputs alone), merged by :func:`assemble_report` with Holm over
     the whole family; ``speccheck.scale.jobs.battery_job`` runs the same cells as units on
     several processes and gives the same report.
     """
@@ -102,17 +104,13 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     check_evidence(plan, st, contract, trajectory or [], Ks)
     alpha_t = per_test_alpha(plan, trajectory or [], alpha)
     cells, screens = [], {}
-    sequence_raw = None
     for cell in battery_cells(plan):
-        results, screen = cell_results(cell, plan, alpha_t)
+        results, raw = cell_results(cell, plan, alpha_t)
         cells.append(results)
-        if cell[0] == "L6":
-            sequence_raw = screen
-        elif screen is not None:
-            screens[int(cell[1])] = screen
+        if cell[0] == "L5" and raw is not None:
+            screens[int(cell[1])] = continuous.screen_of(raw, int(cell[1]))
     rep = assemble_report(plan, st, base=base, alpha=alpha, device=str(dev), scale=scale, contract=contract,
                           trajectory=trajectory, cells=cells)
-    rep.sequence_raw = sequence_raw
     rep.notes += suite_notes
     failed_stat = failures_to_localise(rep)
     if failed_stat and localise_failures:

@@ -1,6 +1,5 @@
 """From cells to a judged report: the cells' results merged with Holm over the whole family,
-layer L6 re-judged from its raw outputs in the judging process, and failures localised on fresh
-draws. The verdict itself is :func:`speccheck.validation.verdict.judge`."""
+and failures localised on fresh draws. The verdict itself is :func:`speccheck.validation.verdict.judge`."""
 
 from __future__ import annotations
 
@@ -10,14 +9,14 @@ import torch
 
 from speccheck.errors import DeviceError
 from speccheck.seeding import pinned_global_rngs, unit_seed
-from speccheck.validation import continuous, localise, sequence
-from speccheck.validation.battery.cells import run_cell
+from speccheck.validation import continuous, localise
+from speccheck.validation.battery.cells import draw_cell
 from speccheck.validation.battery.plan import per_test_alpha
 from speccheck.validation.results import BatteryReport, TestResult
 from speccheck.validation.stats import holm_adjust
 from speccheck.validation.suites import Suite
 
-__all__ = ["assemble_report", "failures_to_localise", "localise_report", "rejudge_sequence"]
+__all__ = ["assemble_report", "failures_to_localise", "localise_report"]
 
 
 def assemble_report(plan: dict, suite: Suite, *, base: int, alpha: float, device: str, scale: float,
@@ -50,35 +49,6 @@ def assemble_report(plan: dict, suite: Suite, *, base: int, alpha: float, device
     return rep
 
 
-def rejudge_sequence(report: BatteryReport, raw: dict | None, suite: Suite) -> BatteryReport:
-    """``report`` with layer L6's statistics computed HERE from its raw outputs (whatever the
-    process that ran the verifier said of them), then Holm over the whole family again at the
-    suite's rate. The battery's verdict paths call it in the process that judges, which never
-    imports the verifier: code that patches speccheck's statistics inside the verifier's process
-    cannot make L6 pass. L6 statistics without raw outputs raise FileFormatError (no verdict)."""
-    from speccheck.errors import FileFormatError
-
-    stats = [i for i, r in enumerate(report.results) if r.layer == "L6" and r.kind != "contract"]
-    if raw is None:
-        if stats:
-            raise FileFormatError("the battery's worker reported layer L6 statistics without the raw outputs they "
-                                  "come from; no verdict")
-        return report
-    if suite.sequence is None:
-        raise FileFormatError("the battery's worker sent layer L6 outputs for a suite without [sequence]; no verdict")
-    try:
-        fresh = sequence.judge_layer(raw, sequence.scaled_spec(suite.sequence, report.scale),
-                                     alpha=report.per_test_alpha, power=suite.power, base=report.seed)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FileFormatError(f"the battery's worker sent malformed layer L6 outputs ({exc}); no verdict") from None
-    at = stats[0] if stats else len(report.results)
-    kept = [r for i, r in enumerate(report.results) if i not in set(stats)]
-    report.results = kept[:at] + fresh + kept[at:]
-    holm_adjust(report.results, suite.family_alpha)
-    report.sequence_raw = raw
-    return report
-
-
 def failures_to_localise(rep: BatteryReport) -> list[TestResult]:
     """The failed statistical tests (after Holm), the candidates of :func:`localise_report`."""
     return [r for r in rep.results if r.kind == "stat" and not r.passed]
@@ -96,10 +66,9 @@ def localise_report(verifier: Any, suite: Suite, plan: dict, failures: list[Test
             needed = sorted({int(r.extra["K"]) for r in failures if "K" in r.extra} & set(plan["continuous_Ks"]))
             screens = {}
             for K in needed:
-                _, screen = run_cell(verifier, suite, ("L5", K), plan=plan, base=base, alpha_t=alpha_t,
-                                     device=device, scale=scale)
-                if screen is not None:
-                    screens[K] = screen
+                _, raw = draw_cell(verifier, suite, ("L5", K), plan=plan, base=base, device=device, scale=scale)
+                if raw is not None:
+                    screens[K] = continuous.screen_of(raw, K)
         with pinned_global_rngs(unit_seed(base, "global-rngs", "localisation"), device):
             found = localise.localise(
                 verifier, failures, screens, alpha=alpha, refine=cs.refine if cs else 8,

@@ -1,0 +1,16 @@
+"""A biased verifier without tricks: the twin of :mod:`tests.patching_rules` (same outputs, same
+name), so the two modules' battery reports must be identical whatever the patching does."""
+
+from __future__ import annotations
+
+from speccheck.verifiers.dgrs import DGRS
+
+
+class Biased(DGRS):
+    """D-GRS whose residual (rejected rows) is shifted by 0.3 where delta > 0.5: not exact, contract kept."""
+
+    name = "patched-biased"
+
+    def verify(self, delta, s, generator=None):
+        s_out, acc, idx = super().verify(delta, s, generator)
+        return s_out + 0.3 * (~acc) * (delta > 0.5), acc, idx
