@@ -374,16 +374,6 @@ def e2e(base: dict, verifiers: list[str], Ks: list[int], Ls: list[int], epss: li
     return CheckOutcome(verdict, f"{len(reports)} cell(s): {verdict}", {"reports": reports})
 
 
-def _calibrate_child(heartbeat: Callable[[str], None], *, progress: bool, seeds: list[int], **options: Any) -> dict:
-    """Child side of :func:`calibrate` on one process: the units one after another in this child, a
-    heartbeat at each unit and each battery cell inside one (``timeout`` bounds a cell)."""
-    from speccheck.scale import jobs
-    from speccheck.scale.executors import InProcessExecutor
-
-    executor = InProcessExecutor(progress=progress, heartbeat=heartbeat)
-    return {"summary": jobs.calibrate(seeds=range(seeds[0], seeds[1]), executor=executor, run=True, **options)}
-
-
 def calibrate(suite: str, verifiers: list[str], *, seeds: range, device: str = "cpu", store: Optional[str] = None,
               name: Optional[str] = None, cells: bool = False, run: bool = True, workers: Optional[int] = None,
               scheduler: Optional[str] = None, timeout: float = 3600.0, progress: bool = False) -> dict:
@@ -392,31 +382,26 @@ def calibrate(suite: str, verifiers: list[str], *, seeds: range, device: str = "
     failure rate consistent with the suite's stated rate). ``run=False``: summarise the runs
     already in ``store``. The executor is :func:`speccheck.scale.executors.make_executor`'s for
     ``workers``/``scheduler`` (Dask bounds each unit by ``timeout``); in-process, the units run in
-    one child process bounded per battery cell by ``timeout``."""
+    isolated child processes bounded per unit by ``timeout``. A rule outside speccheck is run
+    cell by cell and judged in this process (see :func:`speccheck.scale.jobs.calibrate`)."""
     from speccheck.scale import jobs
 
     options = dict(suite=suite, verifiers=[str(v) for v in verifiers], device=device, store=store, name=name,
                    cells=cells)
     if not run:
         return jobs.calibrate(seeds=seeds, executor=None, run=False, **options)
-    from speccheck.scale.executors import BATTERY_MODULES, InProcessExecutor, make_executor
+    from speccheck.scale.executors import BATTERY_MODULES, InProcessExecutor, IsolatedExecutor, make_executor
 
-    # local workers start while this process imports
+    # local workers start while this process imports; in-process, the units run in isolated children
     executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, timeout=timeout,
                              modules=BATTERY_MODULES).start()
+    if isinstance(executor, InProcessExecutor):
+        executor = IsolatedExecutor(timeout=timeout, what=f"the calibration of {', '.join(options['verifiers'])}",
+                                    progress=progress, memory_fraction=None if str(device).startswith("cuda") else 0.8)
     try:
-        if not isinstance(executor, InProcessExecutor):  # on Dask the workers isolate the rules' code
-            return jobs.calibrate(seeds=seeds, executor=executor, run=True, **options)
+        return jobs.calibrate(seeds=seeds, executor=executor, run=True, **options)
     finally:
         executor.close()
-    value = _isolated("speccheck.api:_calibrate_child",
-                      dict(progress=progress, seeds=[seeds.start, seeds.stop], **options), timeout=timeout,
-                      what=f"the calibration of {', '.join(options['verifiers'])}", device=device,
-                      preload=("torch", "speccheck.validation.battery"))
-    summary = value.get("summary")
-    if not isinstance(summary, dict) or "rules" not in summary:
-        raise errors.IsolatedCodeError("the calibration returned no summary; no verdict")
-    return summary
 
 
 def sweep(verifiers: list[str], cells: list[tuple[int, int]], trajectories: int, *, target: str = "gmm-paper",

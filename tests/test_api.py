@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 import speccheck
+from speccheck import api
 from speccheck.cli._output import json_text as _json_text
 from speccheck.errors import InputError
 from speccheck.validation.report import report_dict
@@ -206,3 +207,15 @@ def test_a_cell_is_judged_from_its_raw_outputs_and_nothing_else():
                             (truncate, "malformed raw outputs")):
         with pytest.raises(FileFormatError, match=pattern):
             _tampered_run(tamper)
+
+
+def test_a_rule_outside_speccheck_is_calibrated_where_the_run_is_judged(suite):
+    """calibrate on a module that patches the statistics where it runs: its runs are drawn in
+    isolated children and judged here, so its records equal its unpatched twin's (every run fails)."""
+    def records(spec):
+        summary = api.calibrate(suite, [spec], seeds=range(1, 3))
+        assert summary["rules"][spec]["failures"] == 2 and not summary["consistent"]
+        return [{k: v for k, v in r.items() if k not in ("rule", "wall_s", "cpu_s")} for r in summary["records"]]
+
+    assert records("tests.patching_rules:Biased") == records("tests.biased_rules:Biased")
+    assert "tests.patching_rules" not in sys.modules

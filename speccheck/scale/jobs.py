@@ -524,7 +524,9 @@ def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], dev
     :func:`summarise_calibration`). ``run=False`` summarises every run of these rules already in
     ``store`` (the split-runs use case) without running anything. ``cells``: each battery run is
     split into its cells (:func:`battery_cell_runs`; stored in job ``NAME.cells``, the runs'
-    records in ``NAME`` as they complete), for big suites on many workers; same records."""
+    records in ``NAME`` as they complete), for big suites on many workers; same records. A rule
+    that is not one of speccheck's own always runs in cells, so that its statistics are computed
+    here from its raw outputs, never in the process that runs its code."""
     # the summary's statistics (scipy.stats), imported now: on Dask, while the workers start, rather
     # than after the last unit
     import speccheck.validation.stats  # noqa: F401
@@ -536,7 +538,10 @@ def calibrate(suite: str, verifiers: Sequence[str], *, seeds: Iterable[int], dev
         family_alpha = load_suite(suite).family_alpha
     except ValueError as exc:
         raise InputError(f"--suite: {exc}") from None
+    from speccheck.verifiers.registry import BUILTIN
+
     spec, units = calibration_units(suite, verifiers, seeds, device)
+    cells = cells or any(str(v) not in BUILTIN for v in verifiers)
     job = name or f"calibrate-{Path(suite).stem}" + ("" if device == "cpu" else f"-{device.replace(':', '')}")
     if run and cells:
         records = _calibrate_in_cells(units, suite, spec, job=job, device=device, store=store, executor=executor,
