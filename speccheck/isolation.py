@@ -238,12 +238,14 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
                  preload: Sequence[str] = (), startup_s: float = 180.0,
                  memory_fraction: Optional[float] = DEFAULT_MEMORY_FRACTION,
                  on_beat: Optional[Callable[[str], None]] = None,
-                 on_value: Optional[Callable[[dict], None]] = None) -> dict:
+                 on_value: Optional[Callable[[dict], None]] = None, start_method: str = "spawn") -> dict:
     """Run ``job(heartbeat, **kwargs)`` in a spawned child and return its JSON result.
 
     ``on_value``: the job is called with ``emit`` too (``job(heartbeat, emit=..., **kwargs)``)
     and each ``emit(value)`` reaches ``on_value(value)`` here as it happens, numpy arrays in it
     as arrays (sent as raw bytes of a few numeric dtypes, :data:`FRAME_DTYPES`; never pickled).
+    ``start_method``: "spawn" (a fresh interpreter) or "forkserver" (forked from this process's
+    forkserver, which must import no user code: see ``speccheck.scale.executors``).
 
     ``timeout`` (seconds, > 0) bounds every unit between heartbeats; ``startup_s`` bounds the
     interpreter start plus ``preload`` imports; ``memory_fraction`` caps the child's address
@@ -254,7 +256,9 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
     if not (isinstance(timeout, (int, float)) and timeout > 0 and timeout == timeout and timeout != float("inf")):
         raise errors.InputError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
     limit = memory_limit_bytes(memory_fraction)
-    ctx = multiprocessing.get_context("spawn")
+    if start_method not in ("spawn", "forkserver"):
+        raise errors.InputError(f"start_method must be 'spawn' or 'forkserver', got {start_method!r}")
+    ctx = multiprocessing.get_context(start_method)
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main,
                        args=(child_conn, job, dict(kwargs or {}), tuple(preload), limit, on_value is not None),

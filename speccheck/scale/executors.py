@@ -176,8 +176,9 @@ class InProcessExecutor:
 
 
 class IsolatedExecutor:
-    """Units one after another in a spawned child process (:func:`speccheck.isolation.run_isolated`),
-    one child per :meth:`run`: the units' code (a verifier's) runs there, and this process only
+    """Units one after another in a child process (:func:`speccheck.isolation.run_isolated`), one
+    child per :meth:`run`, forked from the worker template (:func:`launch_worker_template`) where
+    the platform has a forkserver, else spawned: the units' code (a verifier's) runs there, and this process only
     receives each unit's outcome as it finishes (JSON, arrays as raw bytes; never a pickle). A unit
     that crashes the child, exits it, runs out of its memory cap or runs past ``timeout`` seconds is
     an :class:`~speccheck.errors.IsolatedCodeError` here, naming the unit."""
@@ -213,9 +214,12 @@ class IsolatedExecutor:
                              "wall_s": float(wall) if isinstance(wall, (int, float)) and math.isfinite(wall) else 0.0})
             bar.step()
 
+        # children forked from the worker template (torch and speccheck imported once, no user code
+        # ever): a run's rounds then start in milliseconds instead of an interpreter and torch each
+        method = "forkserver" if launch_worker_template() else "spawn"
         run_isolated("speccheck.scale.executors:isolated_units", {"units": [u.to_dict() for u in units]},
                      timeout=self.timeout, what=self.what, preload=self.preload,
-                     memory_fraction=self.memory_fraction, on_value=arrived)
+                     memory_fraction=self.memory_fraction, on_value=arrived, start_method=method)
         if waiting:
             raise IsolatedCodeError(f"{self.what}: the worker finished without running units {sorted(waiting)[:3]}; "
                                     "no verdict")
