@@ -179,10 +179,12 @@ def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, 
 def _isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str = "cpu",
               preload: tuple[str, ...] = ("torch",)) -> dict:
     from speccheck.isolation import run_isolated
+    from speccheck.scale.executors import launch_worker_template
 
     cuda = str(device).startswith("cuda")
     return run_isolated(job, kwargs, timeout=timeout, what=what, preload=preload,
-                        memory_fraction=None if cuda else 0.8)
+                        memory_fraction=None if cuda else 0.8,
+                        start_method="forkserver" if launch_worker_template() else "spawn")
 
 
 def _speedup_child(heartbeat: Callable[[str], None], *, target: str, overrides: dict, verifier: str, K: int, L: int,
