@@ -561,11 +561,26 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
 
     # B is a mixture of the order-statistic densities b_r (each <= K on [0, 1]), so log B <= log K
     log_b_max = math.log(K) + 1e-9
+    coef_state: dict = {}
+
+    def cdf_coef(groups: Tensor) -> _residual.CDFCoef:
+        """The closed-form CDF coefficients (:class:`_residual.CDFCoef`) of groups' weights."""
+        if "coef" not in coef_state:
+            W = rass_weights(d_host, K)  # the kernel's weights (its Mix is built from the same)
+            binom = np.array([math.comb(K, j) for j in range(K + 1)], dtype=np.float64)
+            zero = np.zeros((W.shape[0], 1))
+            low = np.concatenate([zero, np.cumsum(W, axis=1)], axis=1) * binom
+            up = np.concatenate([np.cumsum(W[:, ::-1], axis=1)[:, ::-1], zero], axis=1) * binom
+            packed = torch.as_tensor(np.concatenate([low, up, W * np.exp(log_rank_binomials(K))], axis=1),
+                                     dtype=torch.float64, device=device)
+            coef_state["coef"] = torch.split(packed, [K + 1, K + 1, K], dim=1)
+        return _residual.CDFCoef(*(c[groups] for c in coef_state["coef"]))
+
     if K == 1:
         def zeros(n_cols: int):
-            return lambda k, groups: torch.zeros((groups.shape[0], n_cols), dtype=torch.float64, device=device)
+            return lambda k, groups, *_: torch.zeros((groups.shape[0], n_cols), dtype=torch.float64, device=device)
 
-        return _residual.GridLogB(zeros(N_GRID_CELLS + 1), zeros(N_GL), log_b_max=log_b_max)
+        return _residual.GridLogB(zeros(1), zeros(N_GL), log_b_max=log_b_max, cdf_coef=cdf_coef)
     lo, _, t = grid_bracket(d_host)
     state: dict = {}
 
@@ -607,13 +622,13 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
             return torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg))
         return here + torch.log1p(tg * ratio)
 
-    def edges(k0: Tensor, groups: Tensor) -> Tensor:
-        return read(setup()["tab"].edges, k0, groups, N_GRID_CELLS + 1)
+    def edges(k0: Tensor, groups: Tensor, n_cols: int = N_GRID_CELLS + 1) -> Tensor:
+        return read(setup()["tab"].edges, k0, groups, n_cols)
 
     def nodes(k: Tensor, groups: Tensor) -> Tensor:
         return read(setup()["tab"].nodes, k, groups, 1)
 
-    return _residual.GridLogB(edges, nodes, prepare, log_b_max=log_b_max)
+    return _residual.GridLogB(edges, nodes, prepare, log_b_max=log_b_max, cdf_coef=cdf_coef)
 
 
 PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
@@ -737,6 +752,8 @@ class RASS(ScalarVerifier):
 
         if self.residual == "icdf":
             return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K, grid_log_b=grid)
+        if grid is not None:  # the rejection sampler's fallback keeps the quadrature tables
+            grid = grid._replace(cdf_coef=None)
         n = group.shape[0]
         d_rows = delta_u.expand(n) if single else delta_u[group]
 
