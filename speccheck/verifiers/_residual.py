@@ -682,8 +682,8 @@ def _cf_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: GridLogB, c
         start = scan_sum(per_row[None].to(torch.float64))[0].long() - per_row
         slot = torch.arange(n_cross, device=dev) - start[cu] + first[cu]
         ends_all[cu, slot] = root
-    last = torch.clamp(n_row - 1, min=0)
-    ends_all[torch.arange(U, device=dev), last] = torch.where(pos[:, -1], edges[:, -1], ends_all[torch.arange(U, device=dev), last])
+    last = (torch.arange(U, device=dev), torch.clamp(n_row - 1, min=0))
+    ends_all[last] = torch.where(pos[:, -1], edges[:, -1], ends_all[last])
     a, b = ends_all[:, 0::2], ends_all[:, 1::2]
     valid = torch.arange(P // 2, device=dev)[None, :] < (n_row // 2)[:, None]
     b = torch.where(valid, b, a)
