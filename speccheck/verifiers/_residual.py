@@ -754,8 +754,7 @@ def _cf_rows(rows: Tensor, local: Tensor, d_rows: Tensor, tables: tuple, coef: C
     from_left = lo_t <= hi_t
     ref = torch.where(from_left, Fa_r + lo_t, Fb_r - hi_t)
     c_row = torch.where(up_r[:, None], coef.up, coef.low)
-    cs = (c_row.T.contiguous(), c_row.flip(1).T.contiguous(), coef.dens.T.contiguous(),
-          coef.dens.flip(1).T.contiguous())
+    cs = tuple(torch.stack(c.unbind(1)) for c in (c_row, c_row.flip(1), coef.dens, coef.dens.flip(1)))
     # start: the root with p dropped: from the left end (the mass of q alone from a reaches lo_t
     # first, so x0 <= root) or from the right one (x0 >= root); a bracket end too
     d_r = d_rows
