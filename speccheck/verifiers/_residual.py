@@ -52,6 +52,17 @@ Two samplers, both exact:
   together (rows still drawn per chunk): the same elementwise operations on the same values,
   so the draws are bit-identical to whole-array passes.
 
+  Closed form (RASS's grid path, :attr:`GridLogB.cdf_coef`; rows with :data:`CF_MIN_DELTA` <=
+  delta <= :data:`HUGE_DELTA`): the cells serve only to find the crossings (signs of h at the
+  grid edges, edges beyond the far bound not evaluated, roots refined as above). Each positive
+  interval's mass comes from the closed-form CDFs of q (ndtr) and of p: P(S <= s) = sum_r omega_r
+  I_Phi(s)(r, K - r + 1), a Bernstein polynomial in Phi(s) with nonnegative coefficients, taken
+  in whichever tail keeps its terms small (:class:`CDFCoef`). A row picks its interval from V
+  and solves F(x) = Q(x) - P(x) = F(end) +- its mass from the interval's nearer end by
+  safeguarded Newton (F' = q - p), from the root with p dropped (a bracket end). No quadrature:
+  the draw is the exact inverse CDF up to rounding (mass error ~ 1e-16 / residual mass,
+  relative); below CF_MIN_DELTA the quadrature tables keep the tiny mass's relative precision.
+
 Device discipline (issue 17): host syncs and kernel launches per call are bounded by constants
 independent of the batch size (one count per rejection round, one convergence check per
 inverse-CDF chunk; compaction by ``nonzero_static``, fixed-step root searches); prefix sums use
@@ -87,7 +98,9 @@ class GridLogB(NamedTuple):
     (optional): told once per call, on the host, which groups will be read (so tables are built
     for those only). ``log_b_max`` (optional): sup of log B; cells whose left end has
     delta (s - delta/2) - log_b_max > :data:`FAR_H` then skip log B altogether (there
-    h > FAR_H, so the residual equals q to the last bit)."""
+    h > FAR_H, so the residual equals q to the last bit). ``edges`` takes an optional third
+    argument n_cols (the first n_cols edges of the window only). ``cdf_coef`` (optional):
+    ``cdf_coef(groups[n])`` -> :class:`CDFCoef` of those groups: enables the closed-form path."""
 
     edges: Callable[[Tensor, Tensor], Tensor]
     nodes: Callable[[Tensor, Tensor], Tensor]
@@ -899,7 +912,10 @@ def sample_icdf(
     ``grid_log_b`` (optional, :class:`GridLogB`): log B tabulated on the absolute s-grid; chunks
     of more than :data:`DENSE_GROUPS` groups then build their cell tables from it
     (:func:`_cell_tables_grid`) and evaluate ``log_b`` only at their crossing cells, so the cost
-    per group no longer grows with ``log_b_terms``.
+    per group no longer grows with ``log_b_terms``. With its ``cdf_coef`` (several groups), rows
+    with CF_MIN_DELTA <= delta <= HUGE_DELTA are drawn by the closed-form CDF
+    (:func:`_sample_cf`), rows above HUGE_DELTA from q, the rest as above (+ 1 sync for the
+    split, 2 + one per Newton block per chunk of :data:`CF_CHUNK_GROUPS` groups).
     """
     n = row_group.shape[0]
     out = torch.empty(n, dtype=torch.float64, device=delta_u.device)
