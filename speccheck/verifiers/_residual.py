@@ -52,6 +52,17 @@ Two samplers, both exact:
   together (rows still drawn per chunk): the same elementwise operations on the same values,
   so the draws are bit-identical to whole-array passes.
 
+  Closed form (RASS's grid path, :attr:`GridLogB.cdf_coef`; rows with :data:`CF_MIN_DELTA` <=
+  delta <= :data:`HUGE_DELTA`): the cells serve only to find the crossings (signs of h at the
+  grid edges, edges beyond the far bound not evaluated, roots refined as above). Each positive
+  interval's mass comes from the closed-form CDFs of q (ndtr) and of p: P(S <= s) = sum_r omega_r
+  I_Phi(s)(r, K - r + 1), a Bernstein polynomial in Phi(s) with nonnegative coefficients, taken
+  in whichever tail keeps its terms small (:class:`CDFCoef`). A row picks its interval from V
+  and solves F(x) = Q(x) - P(x) = F(end) +- its mass from the interval's nearer end by
+  safeguarded Newton (F' = q - p), from the root with p dropped (a bracket end). No quadrature:
+  the draw is the exact inverse CDF up to rounding (mass error ~ 1e-16 / residual mass,
+  relative); below CF_MIN_DELTA the quadrature tables keep the tiny mass's relative precision.
+
 Device discipline (issue 17): host syncs and kernel launches per call are bounded by constants
 independent of the batch size (one count per rejection round, one convergence check per
 inverse-CDF chunk; compaction by ``nonzero_static``, fixed-step root searches); prefix sums use
@@ -68,7 +79,7 @@ import numpy as np
 import torch
 
 from speccheck.verifiers.base import positive_uniform, uniform
-from speccheck.verifiers.special import LOG_SQRT_2PI, ndtr
+from speccheck.verifiers.special import LOG_SQRT_2PI, SQRT1_2, ndtr
 
 Tensor = torch.Tensor
 # propose(rows[n] | None, m) -> [n, m] proposals from q (restricted to a superset of {q > p})
@@ -87,12 +98,15 @@ class GridLogB(NamedTuple):
     (optional): told once per call, on the host, which groups will be read (so tables are built
     for those only). ``log_b_max`` (optional): sup of log B; cells whose left end has
     delta (s - delta/2) - log_b_max > :data:`FAR_H` then skip log B altogether (there
-    h > FAR_H, so the residual equals q to the last bit)."""
+    h > FAR_H, so the residual equals q to the last bit). ``edges`` takes an optional third
+    argument n_cols (the first n_cols edges of the window only). ``cdf_coef`` (optional):
+    ``cdf_coef(groups[n])`` -> :class:`CDFCoef` of those groups: enables the closed-form path."""
 
     edges: Callable[[Tensor, Tensor], Tensor]
     nodes: Callable[[Tensor, Tensor], Tensor]
     prepare: Callable[[np.ndarray], None] | None = None
     log_b_max: float | None = None  # an upper bound of log B over all s and groups (enables the far path)
+    cdf_coef: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]] | None = None  # closed-form CDF (CDFCoef)
 
 
 FAR_H = 40.0  # h above this: 1 - exp(-h) == 1.0 in float64 (exp(-40) = 4e-18 < 2^-54), so r = q exactly
@@ -589,6 +603,238 @@ def _cell_tables_grid(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: Grid
     return a2, b2, r_live, mass, cum, live_index
 
 
+
+# ----------------------------------------------------------------- closed-form inverse CDF (grid path)
+CF_MIN_DELTA = 0.05  # closed-form residual CDF from this delta on (below: the quadrature tables keep full
+# relative precision of the tiny residual mass; above, a mass error ~ 1e-16 / mass < 1e-13 relative)
+CF_CHUNK_GROUPS = 4096  # groups per chunk of the closed-form path ([groups, N_GRID_CELLS + 1] edge values)
+CF_NEWTON_STEPS = 8  # Newton steps between convergence checks
+CF_MAX_STEPS = 64  # at most (a safeguarded Newton step never leaves its bracket: bisection at worst)
+
+
+class CDFCoef(NamedTuple):
+    """Per-group coefficients of the closed-form CDF of p (:attr:`GridLogB.cdf_coef`), all in the
+    Bernstein basis b_j(u) = u^j (1 - u)^(K - j), u = Phi(s): ``low`` [n, K + 1] with
+    P(S <= s) = sum_j low_j b_j(u), ``up`` [n, K + 1] with P(S > s) = sum_j up_j b_j(u) (both with
+    nonnegative coefficients: each tail to full relative precision), ``dens`` [n, K] with
+    p(s) = phi(s) sum_r dens_r u^(r - 1) (1 - u)^(K - r) (RASS: low_j = C(K, j) sum_{r <= j} omega_r,
+    up_j = C(K, j) sum_{r > j} omega_r, dens_r = omega_r K C(K - 1, r - 1))."""
+
+    low: Tensor
+    up: Tensor
+    dens: Tensor
+
+
+def _bernstein(coef: Tensor, small: Tensor, big: Tensor, left: Tensor) -> Tensor:
+    """sum_j coef[:, j] u^j (1 - u)^(D - j) (D = coef.shape[1] - 1) at points [n, m] given
+    small = min(u, 1 - u), big = max(u, 1 - u) and left = (u <= 1/2): big^D times a polynomial in
+    small / big <= 1 (Horner; coefficients reversed where u > 1/2), so no term overflows and a
+    nonnegative sum keeps full relative precision."""
+    D = coef.shape[1] - 1
+    x = small / big
+    f = torch.where(left, coef[:, D:D + 1], coef[:, 0:1])
+    for i in range(D - 1, -1, -1):
+        f = torch.addcmul(torch.where(left, coef[:, i:i + 1], coef[:, D - i:D - i + 1]), f, x)
+    return f * big.pow(D)
+
+
+def _tails(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(small, big, left): min and max of Phi(x), 1 - Phi(x) (one erfc) and Phi(x) <= 1/2."""
+    small = 0.5 * torch.special.erfc(x.abs() * SQRT1_2)
+    return small, 1.0 - small, x <= 0
+
+
+def _cf_tables(delta_u: Tensor, groups: Tensor, log_b: LogBFn, grid: GridLogB, coef: CDFCoef) -> tuple:
+    """Positive intervals of the residual (q - p)_+ inside each group's grid window (crossings of h
+    found on the cell edges and refined as in :func:`_cell_tables_grid`), their masses by the
+    closed-form CDFs of q and p, and per interval the CDF form that keeps its mass precise.
+
+    Returns (a, b, upper, F_a, F_b, mass, cum) [U, J]: interval ends, the form (upper: tails
+    P(S > s), else P(S <= s)), F = Q - P in that form at both ends (the upper form is F = P(S > s)
+    - Q(S > s)), mass = F_b - F_a (0 in unused slots) and its prefix sums. One host sync."""
+    dev = delta_u.device
+    k0 = grid_start(delta_u)
+    U = delta_u.shape[0]
+    NE = N_GRID_CELLS + 1
+    edges = (k0[:, None] + torch.arange(NE, dtype=torch.float64, device=dev)) * CELL
+    h_edges = torch.full((U, NE), math.inf, dtype=torch.float64, device=dev)
+    step = _block(U, BLOCK_CELLS * N_GL // N_GRID_CELLS, dev)
+    for i in range(0, U, step):
+        d_b = delta_u[i:i + step, None]
+        cols = NE
+        if grid.log_b_max is not None and dev.type == "cpu":
+            # edges beyond j_far have h >= delta (s - delta/2) - sup log B > FAR_H > 0: not evaluated
+            j_far = torch.ceil(((FAR_H + grid.log_b_max) / d_b + 0.5 * d_b) / CELL - k0[i:i + step, None])
+            cols = int(min(NE, max(1.0, float(j_far.max()) + 2.0)))
+        e_b = edges[i:i + step, :cols]
+        h_edges[i:i + step, :cols] = log_ratio(e_b, d_b, grid.edges(k0[i:i + step], groups[i:i + step], cols))
+    pos = h_edges > 0
+    pa, pb = pos[:, :-1], pos[:, 1:]
+    cross = pa != pb
+    n_row = cross.sum(dim=1) + pos[:, 0] + pos[:, -1]  # interval ends per group (even)
+    n_cross, n_pts = torch.stack([torch.count_nonzero(cross), n_row.max()]).tolist()
+    cu, cj = torch.nonzero_static(cross, size=n_cross).unbind(1)
+    # roots: bracket between two of the crossing cell's 10 points (ends and GL nodes), then Illinois
+    ea_c, eb_c, pb_c = edges[cu, cj], edges[cu, cj + 1], pb[cu, cj]
+    d_c, g_c = delta_u[cu], groups[cu]
+    k_c = k0[cu] + cj.to(torch.float64)
+    pts = torch.cat([ea_c[:, None], grid_nodes(k_c), eb_c[:, None]], dim=1)
+    h_pts = torch.cat([h_edges[cu, cj][:, None], log_ratio(pts[:, 1:-1], d_c[:, None], grid.nodes(k_c, g_c)),
+                       h_edges[cu, cj + 1][:, None]], dim=1)
+    before = ((h_pts > 0) != pb_c[:, None]).sum(dim=1, keepdim=True)
+    side = torch.cat([before - 1, before], dim=1)
+    ends, h_ends = torch.gather(pts, 1, side), torch.gather(h_pts, 1, side)
+    root = _illinois_crossings(ends[:, 0], ends[:, 1], h_ends[:, 0], h_ends[:, 1], d_c, g_c, log_b)
+    # interval ends per group, in increasing order: the window's first edge if h > 0 there, the
+    # roots (row-major order of the crossing cells), the last edge if h > 0 there
+    P = max(2, int(n_pts))
+    ends_all = edges[:, :1].expand(U, P).clone()
+    first = pos[:, 0].long()
+    if n_cross:
+        per_row = cross.sum(dim=1)
+        start = scan_sum(per_row[None].to(torch.float64))[0].long() - per_row
+        slot = torch.arange(n_cross, device=dev) - start[cu] + first[cu]
+        ends_all[cu, slot] = root
+    last = (torch.arange(U, device=dev), torch.clamp(n_row - 1, min=0))
+    ends_all[last] = torch.where(pos[:, -1], edges[:, -1], ends_all[last])
+    a, b = ends_all[:, 0::2], ends_all[:, 1::2]
+    valid = torch.arange(P // 2, device=dev)[None, :] < (n_row // 2)[:, None]
+    b = torch.where(valid, b, a)
+    # closed-form tails of q and p at both ends
+    d = delta_u[:, None]
+    q_low_a, q_up_a, q_low_b, q_up_b = ndtr(a - d), ndtr(d - a), ndtr(b - d), ndtr(d - b)
+    sa, ba, la = _tails(a)
+    sb, bb, lb = _tails(b)
+    p_low_a, p_up_a = _bernstein(coef.low, sa, ba, la), _bernstein(coef.up, sa, ba, la)
+    p_low_b, p_up_b = _bernstein(coef.low, sb, bb, lb), _bernstein(coef.up, sb, bb, lb)
+    # the form whose terms are smaller (absolute rounding error ~ eps times them)
+    upper = q_low_b + p_low_b > q_up_a + p_up_a
+    F_a = torch.where(upper, p_up_a - q_up_a, q_low_a - p_low_a)
+    F_b = torch.where(upper, p_up_b - q_up_b, q_low_b - p_low_b)
+    mass = torch.where(valid, (F_b - F_a).clamp(min=0.0), 0.0)
+    return a, b, upper, F_a, F_b, mass, scan_sum(mass)
+
+
+def _bernstein_rows(cT: Tensor, cR: Tensor, small: Tensor, big: Tensor, left: Tensor) -> Tensor:
+    """:func:`_bernstein` at one point per row (all [n]), with the coefficients transposed
+    (``cT`` [D + 1, n], and ``cR`` the same reversed: contiguous rows for the Horner steps)."""
+    D = cT.shape[0] - 1
+    x = small / big
+    f = torch.where(left, cT[D], cR[D])
+    for i in range(D - 1, -1, -1):
+        f = torch.addcmul(torch.where(left, cT[i], cR[i]), f, x)
+    return f * big.pow(D)
+
+
+def _cf_eval(x: Tensor, d: Tensor, coef: tuple, upper: Tensor) -> tuple[Tensor, Tensor]:
+    """(F(x), F'(x)) per row ([n] each): F = Q - P in the row's form (see :func:`_cf_tables`),
+    F' = q - p; ``coef`` = (P's coefficients, reversed, p's density coefficients, reversed),
+    transposed ([K + 1, n], [K + 1, n], [K, n], [K, n])."""
+    small, big, left = _tails(x)
+    P = _bernstein_rows(coef[0], coef[1], small, big, left)
+    B = _bernstein_rows(coef[2], coef[3], small, big, left)
+    z = x - d
+    Q = torch.where(upper, ndtr(-z), ndtr(z))
+    F = torch.where(upper, P - Q, Q - P)
+    fp = torch.exp(-0.5 * z * z - LOG_SQRT_2PI) - torch.exp(-0.5 * x * x - LOG_SQRT_2PI) * B
+    return F, fp
+
+
+def _cf_rows(rows: Tensor, local: Tensor, d_rows: Tensor, tables: tuple, coef: CDFCoef, V: Tensor, out: Tensor
+             ) -> bool:
+    """Draw rows ``rows`` (their groups' rows ``local`` of the tables) by safeguarded Newton on the
+    closed-form residual CDF of their interval; returns whether some group had no mass.
+
+    Blocks of :data:`CF_NEWTON_STEPS` steps, one host check after each; the rows that have
+    converged (step below 1e-11 (1 + |x|), or F at the rounding level of its terms) leave."""
+    a, b, upper, F_a, F_b, mass, cum = tables
+    total = cum[:, -1]
+    v = V[rows]
+    t = v * total[local]
+    c_rows = cum[local]
+    J = c_rows.shape[1]
+    j = (c_rows <= t[:, None]).sum(dim=1)
+    last = J - 1 - torch.argmax(torch.flip(mass[local] > 0, dims=[1]).to(torch.uint8), dim=1)
+    j = torch.minimum(j, last)[:, None]
+    m = torch.gather(mass[local], 1, j)[:, 0]
+    c_j = torch.gather(c_rows, 1, j)[:, 0]
+    lo_t = (t - (c_j - m)).clamp(min=0.0)  # mass from the interval's left end to the draw
+    hi_t = (c_j - t).clamp(min=0.0)  # ... from the draw to its right end
+    a_r, b_r = torch.gather(a[local], 1, j)[:, 0], torch.gather(b[local], 1, j)[:, 0]
+    up_r = torch.gather(upper[local], 1, j)[:, 0]
+    Fa_r, Fb_r = torch.gather(F_a[local], 1, j)[:, 0], torch.gather(F_b[local], 1, j)[:, 0]
+    # solve F(x) = ref from the nearer end (its F and the mass between stay small there)
+    from_left = lo_t <= hi_t
+    ref = torch.where(from_left, Fa_r + lo_t, Fb_r - hi_t)
+    c_row = torch.where(up_r[:, None], coef.up, coef.low)
+    cs = tuple(torch.stack(c.unbind(1)) for c in (c_row, c_row.flip(1), coef.dens, coef.dens.flip(1)))
+    # start: the root with p dropped: from the left end (the mass of q alone from a reaches lo_t
+    # first, so x0 <= root) or from the right one (x0 >= root); a bracket end too
+    d_r = d_rows
+    qa = torch.where(up_r, ndtr(d_r - a_r), ndtr(a_r - d_r))
+    qb = torch.where(up_r, ndtr(d_r - b_r), ndtr(b_r - d_r))
+    x_l = torch.where(up_r, d_r - torch.special.ndtri((qa - lo_t).clamp(min=0.0, max=1.0)),
+                      d_r + torch.special.ndtri((qa + lo_t).clamp(min=0.0, max=1.0)))
+    x_r = torch.where(up_r, d_r - torch.special.ndtri((qb + hi_t).clamp(min=0.0, max=1.0)),
+                      d_r + torch.special.ndtri((qb - hi_t).clamp(min=0.0, max=1.0)))
+    x_l = torch.minimum(torch.maximum(x_l, a_r), b_r)
+    x_r = torch.minimum(torch.maximum(x_r, a_r), b_r)
+    lo = torch.where(from_left, x_l, a_r)
+    hi = torch.where(from_left, b_r, x_r)
+    x = torch.where(from_left, x_l, x_r)
+    K = coef.dens.shape[1]
+    noise_rel = (K + 8) * 2.0 ** -52  # rounding of F: the Bernstein sum and the two tails
+    result = torch.empty_like(x)
+    idx = torch.arange(x.shape[0], device=x.device)
+    steps = 0
+    while True:
+        for _ in range(CF_NEWTON_STEPS):
+            F, fp = _cf_eval(x, d_r, cs, up_r)
+            f = F - ref
+            neg = f < 0
+            lo = torch.where(neg, x, lo)
+            hi = torch.where(neg, hi, x)
+            x_new = x - f / torch.where(fp > 0, fp, 1.0)
+            outside = (fp <= 0) | ~(x_new >= lo) | ~(x_new <= hi)
+            x_new = torch.where(outside, 0.5 * (lo + hi), x_new)
+            x_new = torch.where(f == 0, x, x_new)
+            tol = 1e-11 * (1.0 + x.abs())
+            done = ((x_new - x).abs() <= tol) | (f.abs() <= noise_rel * (F.abs() + ref.abs())) | (hi - lo <= tol)
+            x = x_new
+        steps += CF_NEWTON_STEPS
+        result[idx] = x
+        n_left, no_mass = torch.stack([torch.count_nonzero(~done), (total <= 0).any()]).tolist()
+        if no_mass or not n_left or steps >= CF_MAX_STEPS:
+            break
+        keep = torch.nonzero_static(~done, size=n_left)[:, 0]
+        idx, x, lo, hi, ref, d_r, up_r = idx[keep], x[keep], lo[keep], hi[keep], ref[keep], d_r[keep], up_r[keep]
+        cs = tuple(c[:, keep] for c in cs)
+    out[rows] = result
+    return bool(no_mass)
+
+
+def _sample_cf(delta_u: Tensor, log_b: LogBFn, rows: Tensor, row_group: Tensor, V: Tensor, grid: GridLogB,
+               out: Tensor) -> None:
+    """Closed-form inverse-CDF draws for ``rows`` (their groups ``row_group[rows]``), in chunks of
+    :data:`CF_CHUNK_GROUPS` groups."""
+    g_rows = row_group[rows]
+    order = torch.argsort(g_rows, stable=True)
+    rows, g_rows = rows[order], g_rows[order]
+    used = torch.unique_consecutive(g_rows)
+    per = CF_CHUNK_GROUPS
+    bounds = torch.searchsorted(g_rows, used[per::per].contiguous()).tolist() if used.numel() > per else []
+    for i, (st, en) in enumerate(zip([0] + bounds, bounds + [rows.shape[0]])):
+        gs = used[i * per:(i + 1) * per]
+        coef_g = CDFCoef(*grid.cdf_coef(gs))
+        tables = _cf_tables(delta_u[gs], gs, log_b, grid, coef_g)
+        local = torch.searchsorted(gs, g_rows[st:en])
+        coef = CDFCoef(*(c[local] for c in coef_g))
+        if (_cf_rows(rows[st:en], local, delta_u[g_rows[st:en]], tables, coef, V, out)):
+            total = tables[-1][:, -1]
+            bad = gs[total <= 0][0]
+            raise RuntimeError(f"residual has no mass in [delta-12, delta+12] for delta={float(delta_u[bad])!r}")
+
+
 def _horner(coef: Tensor, t: Tensor) -> Tensor:
     """sum_m coef[:, m] t^m for coef [n, M]."""
     f = coef[:, -1]
@@ -666,7 +912,10 @@ def sample_icdf(
     ``grid_log_b`` (optional, :class:`GridLogB`): log B tabulated on the absolute s-grid; chunks
     of more than :data:`DENSE_GROUPS` groups then build their cell tables from it
     (:func:`_cell_tables_grid`) and evaluate ``log_b`` only at their crossing cells, so the cost
-    per group no longer grows with ``log_b_terms``.
+    per group no longer grows with ``log_b_terms``. With its ``cdf_coef`` (several groups), rows
+    with CF_MIN_DELTA <= delta <= HUGE_DELTA are drawn by the closed-form CDF
+    (:func:`_sample_cf`), rows above HUGE_DELTA from q, the rest as above (+ 1 sync for the
+    split, 2 + one per Newton block per chunk of :data:`CF_CHUNK_GROUPS` groups).
     """
     n = row_group.shape[0]
     out = torch.empty(n, dtype=torch.float64, device=delta_u.device)
@@ -674,14 +923,33 @@ def sample_icdf(
         return out
     V = positive_uniform((n,), delta_u, generator)
     Z = torch.randn(n, generator=generator, dtype=torch.float64, device=delta_u.device)
+    rest = None
+    if grid_log_b is not None and grid_log_b.cdf_coef is not None and delta_u.shape[0] > 1:
+        # closed form for CF_MIN_DELTA <= delta <= HUGE_DELTA, q itself above, tables below
+        d_rows = delta_u[row_group]
+        cf, huge = (d_rows >= CF_MIN_DELTA) & (d_rows <= HUGE_DELTA), d_rows > HUGE_DELTA
+        n_cf, n_huge = torch.stack([torch.count_nonzero(cf), torch.count_nonzero(huge)]).tolist()
+        rows_cf = torch.nonzero_static(cf, size=n_cf)[:, 0]
+        rows_huge = torch.nonzero_static(huge, size=n_huge)[:, 0]
+        rest = torch.nonzero_static(~(cf | huge), size=n - n_cf - n_huge)[:, 0]
+        out[rows_huge] = d_rows[rows_huge] + Z[rows_huge]
+        if n_cf:
+            if grid_log_b.prepare is not None:
+                grid_log_b.prepare(torch.unique(row_group[rows_cf]).cpu().numpy())
+            _sample_cf(delta_u, log_b, rows_cf, row_group, V, grid_log_b, out)
+        if rest.shape[0] == 0:
+            return out
+        grid_log_b = grid_log_b._replace(cdf_coef=None)
     d_tab = torch.clamp(delta_u, max=HUGE_DELTA)
     if delta_u.shape[0] == 1:
         order = torch.arange(n, device=row_group.device)
         sorted_groups = row_group
         chunks = [(0, n, delta_u.new_zeros(1, dtype=torch.long))]
     else:
-        order = torch.argsort(row_group, stable=True)
+        order = torch.argsort(row_group, stable=True) if rest is None else rest[torch.argsort(row_group[rest],
+                                                                                            stable=True)]
         sorted_groups = row_group[order]
+        n = order.shape[0]
         used = torch.unique_consecutive(sorted_groups)
         if grid_log_b is not None and grid_log_b.prepare is not None and used.numel() > DENSE_GROUPS:
             grid_log_b.prepare(used.cpu().numpy())  # one sync: build tables for these groups only

@@ -447,8 +447,10 @@ class GridLogTables:
     log B keeps full precision relative to delta. Rows are computed on demand (no LP for a grid
     point no row uses) and stored compactly: ``slot`` (host, [G]) is g's row (-1: not computed
     yet), the storage grows by half when full, so the memory follows the grid points used (a sampler
-    meets a few dozen per K), not the grid. ``wide`` (host): some |log B_(g+1) - log B_g| >
-    :data:`WIDE_LOG_RATIO` (expm1 would overflow): then the table holds the log-ratio itself."""
+    meets a few dozen per K), not the grid. ``wide`` (host, [G] bool): grid points with some
+    |log B_(g+1) - log B_g| > :data:`WIDE_LOG_RATIO` (expm1 would overflow): their rows hold the
+    log-ratio itself. Every row's values depend on its grid point alone (not on which other rows
+    were filled with it, nor when): a warm table gives the bits of a fresh one."""
 
     def __init__(self, k_start: np.ndarray, span: int, device: torch.device):
         from speccheck.verifiers._residual import N_GL
@@ -457,7 +459,7 @@ class GridLogTables:
         self.span, self.width = span, 2 * N_GL
         self.slot = np.full(k_start.size, -1, np.int64)
         self.used = 0
-        self.wide = False
+        self.wide = np.zeros(k_start.size, bool)
         self.edges = torch.empty((0, span + 1, 2), dtype=torch.float64, device=device)
         self.nodes = torch.empty((0, span, self.width), dtype=torch.float64, device=device)
 
@@ -504,8 +506,10 @@ def _grid_layout() -> tuple[np.ndarray, int, int]:
 
 
 def _log_b_at(points: Tensor, g: np.ndarray, K: int, precise: bool) -> Tensor:
-    """log B of the grid weights at grid points g (one per row of points [n, m])."""
-    return log_mix_rows(points, mix_from_weights(grid_weights(g, K), precise, points.device), None)
+    """log B of the grid weights at grid points g (one per row of points [n, m]), by the per-row
+    tensor path even for one grid point (the host-scalar path of a single group rounds
+    differently: a row would then depend on how many rows were filled with it)."""
+    return log_mix_rows(points, mix_from_weights(grid_weights(g, K), precise, points.device)._replace(host=None), None)
 
 
 def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTables:
@@ -530,12 +534,12 @@ def grid_log_tables(K: int, device: torch.device, need: np.ndarray) -> GridLogTa
         precise = bool(part[0] < P)
         here = _log_b_at(flat, part, K, precise)
         ratio = _log_b_at(flat, np.minimum(part + 1, G - 1), K, precise) - here
-        if not tab.wide and bool(ratio.abs().max() > WIDE_LOG_RATIO):  # back to log-ratios everywhere
-            tab.wide = True
-            tab.edges[..., 1] = torch.log1p(tab.edges[..., 1])
-            tab.nodes[..., N_GL:] = torch.log1p(tab.nodes[..., N_GL:])
-        if not tab.wide:
+        wide = (ratio.abs().amax(dim=1) > WIDE_LOG_RATIO).cpu().numpy()  # per row: log-ratios kept
+        if wide.any():
+            ratio = torch.where(torch.as_tensor(wide, device=device)[:, None], ratio, torch.expm1(ratio))
+        else:
             ratio = torch.expm1(ratio)
+        tab.wide[part] = wide
         slots = tab.reserve(part.size)
         rows = torch.as_tensor(slots, device=device)
         tab.edges[rows] = torch.stack([here[:, : span + 1], ratio[:, : span + 1]], dim=-1)
@@ -561,11 +565,26 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
 
     # B is a mixture of the order-statistic densities b_r (each <= K on [0, 1]), so log B <= log K
     log_b_max = math.log(K) + 1e-9
+    coef_state: dict = {}
+
+    def cdf_coef(groups: Tensor) -> _residual.CDFCoef:
+        """The closed-form CDF coefficients (:class:`_residual.CDFCoef`) of groups' weights."""
+        if "coef" not in coef_state:
+            W = rass_weights(d_host, K)  # the kernel's weights (its Mix is built from the same)
+            binom = np.array([math.comb(K, j) for j in range(K + 1)], dtype=np.float64)
+            zero = np.zeros((W.shape[0], 1))
+            low = np.concatenate([zero, np.cumsum(W, axis=1)], axis=1) * binom
+            up = np.concatenate([np.cumsum(W[:, ::-1], axis=1)[:, ::-1], zero], axis=1) * binom
+            packed = torch.as_tensor(np.concatenate([low, up, W * np.exp(log_rank_binomials(K))], axis=1),
+                                     dtype=torch.float64, device=device)
+            coef_state["coef"] = torch.split(packed, [K + 1, K + 1, K], dim=1)
+        return _residual.CDFCoef(*(c[groups] for c in coef_state["coef"]))
+
     if K == 1:
         def zeros(n_cols: int):
-            return lambda k, groups: torch.zeros((groups.shape[0], n_cols), dtype=torch.float64, device=device)
+            return lambda k, groups, *_: torch.zeros((groups.shape[0], n_cols), dtype=torch.float64, device=device)
 
-        return _residual.GridLogB(zeros(N_GRID_CELLS + 1), zeros(N_GL), log_b_max=log_b_max)
+        return _residual.GridLogB(zeros(1), zeros(N_GL), log_b_max=log_b_max, cdf_coef=cdf_coef)
     lo, _, t = grid_bracket(d_host)
     state: dict = {}
 
@@ -578,9 +597,11 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
             tab = grid_log_tables(K, device, state.get("need", lo))
             # per group: t, its grid point's first edge and its row in the tables (one upload;
             # rows of groups that are not read may be -1: clamped, never used)
-            packed = torch.as_tensor(np.stack([t, tab.k_start[lo], np.maximum(tab.slot[lo], 0)]),
+            wide = tab.wide[lo]
+            packed = torch.as_tensor(np.stack([t, tab.k_start[lo], np.maximum(tab.slot[lo], 0), wide]),
                                      dtype=torch.float64, device=device)
-            state.update(tab=tab, t=packed[0], k_start=packed[1], row=packed[2].long())
+            state.update(tab=tab, t=packed[0], k_start=packed[1], row=packed[2].long(),
+                         wide=packed[3] > 0 if wide.any() else None)
         return state
 
     def read(table: Tensor, k: Tensor, groups: Tensor, n_cols: int) -> Tensor:
@@ -603,17 +624,19 @@ def grid_log_b_fn(d_host: np.ndarray, K: int, device: torch.device) -> _residual
             here = picked[:, :, 0].reshape(n, n_cols * half)  # explicit sizes: n may be 0
             ratio = picked[:, :, 1].reshape(n, n_cols * half)
         tg = st["t"][groups][:, None]
-        if st["tab"].wide:
-            return torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg))
-        return here + torch.log1p(tg * ratio)
+        if st["wide"] is None:
+            return here + torch.log1p(tg * ratio)
+        w = st["wide"][groups][:, None]  # groups whose grid point's row holds log-ratios
+        return torch.where(w, torch.logaddexp(here + torch.log1p(-tg), here + ratio + torch.log(tg)),
+                           here + torch.log1p(tg * torch.where(w, 0.0, ratio)))
 
-    def edges(k0: Tensor, groups: Tensor) -> Tensor:
-        return read(setup()["tab"].edges, k0, groups, N_GRID_CELLS + 1)
+    def edges(k0: Tensor, groups: Tensor, n_cols: int = N_GRID_CELLS + 1) -> Tensor:
+        return read(setup()["tab"].edges, k0, groups, n_cols)
 
     def nodes(k: Tensor, groups: Tensor) -> Tensor:
         return read(setup()["tab"].nodes, k, groups, 1)
 
-    return _residual.GridLogB(edges, nodes, prepare, log_b_max=log_b_max)
+    return _residual.GridLogB(edges, nodes, prepare, log_b_max=log_b_max, cdf_coef=cdf_coef)
 
 
 PRECISE_BELOW = 0.25  # grid deltas below which log B uses the log1p(B - 1) form
@@ -737,6 +760,8 @@ class RASS(ScalarVerifier):
 
         if self.residual == "icdf":
             return _residual.sample_icdf(delta_u, log_b_groups, group, generator, log_b_terms=K, grid_log_b=grid)
+        if grid is not None:  # the rejection sampler's fallback keeps the quadrature tables
+            grid = grid._replace(cdf_coef=None)
         n = group.shape[0]
         d_rows = delta_u.expand(n) if single else delta_u[group]
 

@@ -333,3 +333,29 @@ def test_icdf_grid_blocks_and_shared_tables_leave_draws_bit_identical(monkeypatc
     odd = draw()
     assert torch.equal(blocked.view(torch.int64), whole.view(torch.int64))
     assert torch.equal(odd.view(torch.int64), whole.view(torch.int64))
+
+
+@pytest.mark.parametrize("delta,K", [(0.06, 16), (0.5, 2), (1.0, 4), (2.0, 64), (8.0, 8), (30.0, 3)])
+def test_rass_icdf_closed_form_path_inverts_the_exact_cdf(delta, K):
+    """The many-group closed-form path (CF_MIN_DELTA <= delta <= HUGE_DELTA): each draw x is the
+    inverse residual CDF of its uniform V (sample_icdf's first draw: 1 - rand), F(x) = V to 1e-9
+    with F from theory.residual_intervals and theory.cdf_p_omega (independent code)."""
+    from speccheck.verifiers import _residual as R
+
+    assert R.CF_MIN_DELTA <= delta <= R.HUGE_DELTA
+    n = 4096
+    deltas = np.array([delta, 2.0 * delta])  # two groups: the grid path; every row in the first
+    W = rass_mod.rass_weights(deltas, K)
+    mix = rass_mod.mix_from_weights(W, True, torch.device("cpu"))
+    x = rass_mod.RASSInverseCDF()._residual_rows(torch.tensor(deltas), mix, None, torch.zeros(n, dtype=torch.long),
+                                                 torch.Generator().manual_seed(K), deltas).numpy()
+    V = 1.0 - torch.rand(n, generator=torch.Generator().manual_seed(K), dtype=torch.float64).numpy()
+    w = W[0]
+    ivs = theory.residual_intervals(delta, K, w)
+    F = np.zeros_like(x)
+    for lo, hi, _ in ivs:
+        xc = np.clip(x, lo, hi)
+        p_lo = theory.cdf_p_omega(lo, K, w) if np.isfinite(lo) else 0.0
+        F += normal_mass(np.full_like(xc, lo - delta), xc - delta) - (theory.cdf_p_omega(xc, K, w) - p_lo)
+    F /= sum(iv.mass for iv in ivs)
+    assert np.abs(F - V).max() < 1e-9, np.abs(F - V).max()
