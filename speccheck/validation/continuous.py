@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from speccheck.errors import DeviceError
 from speccheck.seeding import generator as make_generator
-from speccheck.seeding import unit_seed
-from speccheck.validation.contract import call_verify, check_batch, contract_result, supports
+from speccheck.validation.contract import call_verify, check_batch, contract_result
 from speccheck.validation.results import TestResult
 from speccheck.validation.stats import bernoulli_sum_test, ks_dkw_test
 from speccheck.validation.suites import ContinuousSpec
@@ -233,25 +232,5 @@ def planned_tests(spec: ContinuousSpec, Ks: list[int], has_acceptance: bool) -> 
     return len(Ks) * (len(spec.strata()) * per_stratum + 1)
 
 
-def run_layer(verifier: Any, spec: ContinuousSpec, *, Ks: list[int], alpha: float, power: float,
-              device: torch.device, base_seed: int, scale: float, has_acceptance: bool,
-              heartbeat: Callable[[str], None]) -> tuple[list[TestResult], dict[int, Screen]]:
-    """Layer 5 for every K in ``Ks`` the verifier supports; returns (results, screens by K)."""
-    n = scaled(spec.n, scale, minimum=16)
-    n_shared = spec.declared_deltas if has_acceptance else 0
-    results: list[TestResult] = []
-    screens: dict[int, Screen] = {}
-    for K in Ks:
-        if not supports(verifier, K):
-            continue
-        heartbeat(f"L5 continuous K={K}")
-        res, screen = run_k(verifier, spec, K, n, n_shared, alpha, power, device, unit_seed(base_seed, 5, K),
-                            has_acceptance)
-        results += res
-        if screen is not None:
-            screens[K] = screen
-    return results, screens
-
-
-__all__ = ["Screen", "draw_deltas", "draw_k", "judge_k", "planned_tests", "run_k", "run_layer", "scaled",
+__all__ = ["Screen", "draw_deltas", "draw_k", "judge_k", "planned_tests", "run_k", "scaled",
            "screen_of", "stratum_cell", "stratum_tests"]

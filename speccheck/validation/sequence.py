@@ -335,16 +335,4 @@ def judge_layer(raw: dict, spec: SequenceSpec, *, alpha: float, power: float, ba
     return results
 
 
-def run_layer(verifier: Any, spec: SequenceSpec, *, Ks: list[int], alpha: float, power: float,
-              device: torch.device, base: int, scale: float,
-              has_acceptance: bool) -> tuple[list[TestResult], dict | None]:
-    """Layer 6 on ``verifier`` (a fresh instance: the layer drives it from its first call):
-    ``(results, raw outputs)``; see :func:`draw_layer` and :func:`judge_layer`."""
-    spec = scaled_spec(spec, scale)
-    contract, raw = draw_layer(verifier, spec, Ks=Ks, device=device, base=base, has_acceptance=has_acceptance)
-    if raw is None:
-        return contract, None
-    return contract + judge_layer(raw, spec, alpha=alpha, power=power, base=base), raw
-
-
-__all__ = ["LAYER", "draw_layer", "judge_layer", "planned_tests", "run_layer", "scaled_spec"]
+__all__ = ["LAYER", "draw_layer", "judge_layer", "planned_tests", "scaled_spec"]
