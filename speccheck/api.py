@@ -189,47 +189,46 @@ def _isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str 
 
 def _speedup_child(heartbeat: Callable[[str], None], *, target: str, overrides: dict, verifier: str, K: int, L: int,
                    trajectories: int, seed: int, threads: int) -> dict:
-    """Child side of :func:`speedup` (runs the user's verifier)."""
-    import json
-
+    """Child side of :func:`speedup` (runs the user's verifier): the cell's raw run
+    (:func:`speccheck.sampler.experiments.cell_raw`), arrays sent as raw bytes."""
     import torch
 
-    from speccheck.sampler.experiments import preset, speedup_run
+    from speccheck.sampler.experiments import cell_raw, preset
 
     torch.set_num_threads(threads)
     heartbeat(f"speed-up run {verifier} K={K} L={L}")
-    proto = preset(target, **overrides)
-    out = speedup_run(proto, verifier, K, L, trajectories, seed)
-    return {"result": json.loads(json.dumps(out, default=float)), "target": proto.target}
-
-
-_SPEEDUP_KEYS = ("rule", "tree", "speedup", "speedup_se", "nfe_mean", "nfe_se", "predicted_nfe", "nfe_z",
-                 "acceptance", "calibration_z")
+    return {"raw": cell_raw(preset(target, **overrides), verifier, K, L, trajectories, seed)}
 
 
 def speedup(verifier: str, K: int, L: int, *, target: str = "gmm-paper", trajectories: int = 100, seed: int = 0,
             overrides: Optional[dict] = None, threads: int = 1, alpha: float = THEORY_ALPHA,
             timeout: float = 4 * 3600.0) -> CheckOutcome:
     """NFE speed-up of ``verifier`` on a (K, L) tree and the mixture preset ``target`` (with the
-    protocol ``overrides`` of :func:`speccheck.sampler.experiments.preset`), run in a child process
-    bounded by ``timeout``, judged by :func:`speccheck.scale.jobs.judge_calibration` (defect:
-    the acceptance calibration z rejects the verifier's law, two-sided at ``alpha``):
-    ``data["result"]`` is :func:`speccheck.sampler.experiments.speedup_run`'s result plus
-    ``theory_consistent``, ``data["target"]`` the preset's target. A crash, hang or incomplete result raises
+    protocol ``overrides`` of :func:`speccheck.sampler.experiments.preset`). The verifier runs in
+    a child process bounded by ``timeout``, which returns only the raw run; this process computes
+    the summary from it (:func:`speccheck.sampler.experiments.summarize_cell`) and judges it by
+    :func:`speccheck.scale.jobs.judge_calibration` (defect: the acceptance calibration z rejects
+    the verifier's law, two-sided at ``alpha``): ``data["result"]`` is
+    :func:`speccheck.sampler.experiments.speedup_run`'s record plus ``theory_consistent``,
+    ``data["target"]`` the preset's target. A crash, hang or malformed result raises
     :class:`~speccheck.errors.IsolatedCodeError`."""
+    from speccheck.sampler.experiments import preset, speedup_record, summarize_cell
     from speccheck.scale.jobs import judge_calibration
 
+    proto = preset(target, **dict(overrides or {}))  # bad options fail here, before any child starts
     value = _isolated("speccheck.api:_speedup_child",
                       dict(target=target, overrides=dict(overrides or {}), verifier=verifier, K=K, L=L,
                            trajectories=trajectories, seed=seed, threads=threads),
                       timeout=timeout, what=f"verifier {verifier!r}",
                       preload=("torch", "speccheck.sampler.experiments"))
-    out = value.get("result")
-    if not isinstance(out, dict) or any(k not in out for k in _SPEEDUP_KEYS):
-        raise errors.IsolatedCodeError("the speed-up run returned an incomplete result; no verdict")
+    try:
+        summary, _ = summarize_cell(proto, value.get("raw"), K, L, seed)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise errors.IsolatedCodeError(f"the speed-up run returned a malformed raw run ({exc}); no verdict") from None
+    out = speedup_record(proto, summary)
     cell = {"rule": out["rule"], "K": K, "L": L, "acceptance": out["acceptance"], "calibration_z": out["calibration_z"]}
     outcome = judge_calibration([cell], alpha)
-    outcome.data.update(result={**out, "theory_consistent": outcome.verdict == "exact"}, target=value.get("target"))
+    outcome.data.update(result={**out, "theory_consistent": outcome.verdict == "exact"}, target=proto.target)
     return outcome
 
 
@@ -410,20 +409,26 @@ def sweep(verifiers: list[str], cells: list[tuple[int, int]], trajectories: int,
           overrides: Optional[dict] = None, seed: int = 0, store: Optional[str] = None, name: Optional[str] = None,
           chunk: Optional[int] = None, threads: int = 1, workers: Optional[int] = None,
           scheduler: Optional[str] = None, progress: bool = False, alpha: float = THEORY_ALPHA,
-          log: Optional[Callable[[str], None]] = None) -> CheckOutcome:
+          log: Optional[Callable[[str], None]] = None, timeout: float = 4 * 3600.0) -> CheckOutcome:
     """A resumable speed-up sweep: every (verifier, K, L) of ``cells`` on the mixture preset
     ``target`` (with the protocol ``overrides`` of :func:`speccheck.sampler.experiments.preset`),
     ``trajectories`` per cell (in units of ``chunk`` when given), run by
     :func:`speccheck.scale.jobs.run_sweep` into ``store`` on the executor of ``workers`` /
-    ``scheduler``; judged by :func:`speccheck.scale.jobs.judge_calibration` at ``alpha`` (Holm
-    over the cells). ``data``: ``name`` (default: target + protocol hash, ``-chunkN`` when
-    chunked) and ``rows`` (one per cell)."""
+    ``scheduler``, each unit bounded by ``timeout`` seconds (in-process: the units run in an
+    isolated child process); each cell summarised in this process from its raw run and judged by
+    :func:`speccheck.scale.jobs.judge_calibration` at ``alpha`` (Holm over the cells).
+    ``data``: ``name`` (default: target + protocol hash, ``-chunkN`` when chunked) and ``rows``
+    (one per cell)."""
     from speccheck.sampler.experiments import preset
     from speccheck.scale import jobs
-    from speccheck.scale.executors import SWEEP_MODULES, make_executor
+    from speccheck.scale.executors import SWEEP_MODULES, InProcessExecutor, IsolatedExecutor, make_executor
 
-    # local workers start while this process imports and plans
-    executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, modules=SWEEP_MODULES).start()
+    # local workers start while this process imports and plans; in-process, the units run in an isolated child
+    executor = make_executor(workers=workers, scheduler=scheduler, progress=progress, timeout=timeout,
+                             modules=SWEEP_MODULES).start()
+    if isinstance(executor, InProcessExecutor):
+        executor = IsolatedExecutor(timeout=timeout, what=f"the sweep of {', '.join(map(str, verifiers))}",
+                                    progress=progress, preload=("torch",) + SWEEP_MODULES)
     try:
         proto = preset(target, **dict(overrides or {}))
         chunked = chunk is not None and chunk < trajectories

@@ -14,3 +14,13 @@ class Biased(DGRS):
     def verify(self, delta, s, generator=None):
         s_out, acc, idx = super().verify(delta, s, generator)
         return s_out + 0.3 * (~acc) * (delta > 0.5), acc, idx
+
+
+class Overclaiming(DGRS):
+    """D-GRS (exact draws) declaring 0.6 times its own acceptance: a wrong law, which the
+    acceptance calibration z of a speed-up run or sweep rejects."""
+
+    name = "overclaiming"
+
+    def acceptance(self, delta, K):
+        return 0.6 * super().acceptance(delta, K)

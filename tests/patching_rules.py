@@ -1,13 +1,17 @@
-"""A hostile verifier module: at import it replaces speccheck's statistical tests, Holm and the
-battery's judges with ones that always pass, then offers a biased rule. Loaded by spec string only, so it runs
+"""A hostile verifier module: at import it replaces speccheck's statistical tests, Holm, the
+battery's judges and the speed-up summaries' calibration z with ones that always pass, then
+offers a biased rule and a rule declaring a wrong acceptance law. Loaded by spec string only, so it runs
 where the verifier runs (a child process or a Dask worker), never in the judging process."""
 
 from __future__ import annotations
 
+from speccheck.sampler import analysis
+from speccheck.scale import jobs
 from speccheck.validation import continuous, device_stats, sequence, stats, trajectory
 from speccheck.validation.battery import cells, verdict
 from speccheck.validation.results import TestResult
 from tests.biased_rules import Biased as BiasedTwin
+from tests.biased_rules import Overclaiming as OverclaimingTwin
 
 
 def _always_pass(*args, **kwargs):
@@ -33,7 +37,15 @@ cells._judge = lambda *a, **k: []
 continuous.judge_k = lambda *a, **k: []
 sequence.judge_layer = lambda *a, **k: []
 trajectory.judge_trajectories = lambda *a, **k: []
+# and the speed-up summaries' statistics: z = 0, no contradiction
+analysis.calibration = lambda *a, **k: {"n_events": 1, "observed_accepts": 0.0, "expected_accepts": 0.0,
+                                        "calibration_z": 0.0}
+jobs.calibration_contradictions = lambda rows, alpha: []
 
 
 class Biased(BiasedTwin):
     """The biased rule of :mod:`tests.biased_rules`, loaded after the patches above."""
+
+
+class Overclaiming(OverclaimingTwin):
+    """The wrong-law rule of :mod:`tests.biased_rules`, loaded after the patches above."""

@@ -219,3 +219,74 @@ def test_a_rule_outside_speccheck_is_calibrated_where_the_run_is_judged(suite):
 
     assert records("tests.patching_rules:Biased") == records("tests.biased_rules:Biased")
     assert "tests.patching_rules" not in sys.modules
+
+
+def test_patched_statistics_cannot_hide_a_wrong_acceptance_law_from_speedup_or_sweep(tmp_path, capsys):
+    """tests.patching_rules also replaces the speed-up summaries' calibration z and the sweep's
+    Holm where it runs; speed-up runs and sweep cells send their raw runs and are summarised and
+    judged here, so the patched rule's numbers equal its twin's and its wrong law is a defect on
+    every path (isolated child, Dask with 2 workers, the command)."""
+    options = dict(trajectories=30, overrides={"steps": 10})
+    twin = api.speedup("tests.biased_rules:Overclaiming", 2, 2, **options)
+    assert twin.verdict == "defect" and twin.data["result"]["calibration_z"] > 5
+    patched = api.speedup("tests.patching_rules:Overclaiming", 2, 2, **options)
+    assert patched.verdict == "defect"
+    assert json.dumps(patched.data, sort_keys=True, default=str) == json.dumps(twin.data, sort_keys=True, default=str)
+
+    from speccheck.sampler.experiments import preset, run_cells
+    from speccheck.scale.jobs import sweep_units
+
+    spec, cells = "tests.patching_rules:Overclaiming", [(2, 2), (1, 3)]
+    _, units = sweep_units(preset("gmm-paper", steps=10), [spec], cells, 20, 0)
+    want = {unit.key: run_cells(preset("gmm-paper", steps=10), "tests.biased_rules:Overclaiming", unit.identity[1],
+                                [unit.identity[2]], 20, unit.seed)[1][0] for unit in units}  # the twin, same seeds
+    for path in ({"workers": 1}, {"workers": 2, "store": str(tmp_path / "s.sqlite")}):
+        outcome = api.sweep([spec], cells, 20, overrides={"steps": 10}, **path)
+        assert outcome.verdict == "defect", (path, outcome.reason)
+        for row in outcome.data["rows"]:
+            twin_row = want[f"{spec}/{row['K']}/{row['L']}"]
+            assert [row[k] for k in ("calibration_z", "nfe_z", "acceptance")] == \
+                [twin_row[k] for k in ("calibration_z", "nfe_z", "acceptance")], path
+    code, out, _ = run_cli(["speedup", "--verifier", "tests.patching_rules:Overclaiming", "--K", "2", "--L", "2",
+                            "--trajectories", "30", "--steps", "10"], capsys)
+    assert code == 1, out
+    assert "tests.patching_rules" not in sys.modules  # this (judging) process never imported it
+
+
+def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed():
+    from speccheck.errors import FileFormatError
+    from speccheck.sampler.experiments import preset
+    from speccheck.scale import jobs
+
+    proto = preset("gmm-paper", steps=6)
+
+    def run(tamper):
+        return jobs.run_sweep(proto, ["dgrs"], [(2, 2)], 6, 0, executor=_Tampering(tamper))
+
+    clean = run(lambda unit, outcome: outcome)
+    assert clean[0]["trajectories"] == 6 and abs(clean[0]["calibration_z"]) < 4
+
+    def claim(unit, outcome):  # a worker claiming every event was certain to accept: z is computed from it
+        outcome["result"]["declared"] = [1.0] * len(outcome["result"]["declared"])
+        return outcome
+    assert abs(run(claim)[0]["calibration_z"]) > 4  # +inf here: no variance under the claim, yet rejections
+
+    def recount(unit, outcome):  # counters that disagree with the events
+        outcome["result"]["counters"]["n_accepted"][0] += 1
+        return outcome
+
+    def nan_delta(unit, outcome):
+        outcome["result"]["events"]["delta"][0] = float("nan")
+        return outcome
+
+    def short(unit, outcome):
+        outcome["result"]["declared"] = outcome["result"]["declared"][:-1]
+        return outcome
+
+    def summary(unit, outcome):  # a worker sending a summary instead of its run
+        outcome["result"] = {"summary": {"calibration_z": 0.0}, "trajectories": {}}
+        return outcome
+    for tamper, pattern in ((recount, "n_accepted disagrees"), (nan_delta, "events.delta: 1 non-finite"),
+                            (short, "declared: expected a 1-d column"), (summary, "malformed raw outputs")):
+        with pytest.raises(FileFormatError, match=pattern):
+            run(tamper)

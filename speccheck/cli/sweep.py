@@ -9,7 +9,7 @@ import os
 
 from speccheck.api import THEORY_ALPHA
 from speccheck.cli._executor import add_executor_args, check_name, check_store, show_progress
-from speccheck.cli._options import add_protocol_args
+from speccheck.cli._options import TIMEOUT_SPEEDUP_S, add_protocol_args, add_timeout, check_timeout
 from speccheck.errors import EXIT_OK, InputError, UsageError
 
 
@@ -35,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"{THEORY_ALPHA:g})")
     add_protocol_args(p, lazy_default=True, threads_help="torch CPU threads per unit (default 1)")
     add_executor_args(p)
+    add_timeout(p, "cell (or chunk)", TIMEOUT_SPEEDUP_S)
     p.set_defaults(func=run)
 
 
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the missing cells into the store, print/write the summary; the theory verdict's exit code."""
     check_store(args.store)
     _check_alpha(args.alpha)
+    check_timeout(args.timeout)
     if args.convert:
         return _convert(args)
     from speccheck.api import sweep
@@ -128,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     outcome = sweep(args.verifiers, cells, args.trajectories, target=args.target, overrides=_overrides(args),
                     seed=args.seed, store=args.store, name=check_name(args.name) if args.name else None,
                     chunk=args.chunk, threads=args.threads, workers=args.workers, scheduler=args.scheduler,
-                    progress=show_progress(args), alpha=args.alpha, log=lambda m: print(m, flush=True))
+                    progress=show_progress(args), alpha=args.alpha, log=lambda m: print(m, flush=True),
+                    timeout=args.timeout)
     name, rows = outcome.data["name"], outcome.data["rows"]
     print(f"sweep {name!r}: {len(rows)} cells run or found in {args.store}")
     if args.out:

@@ -5,9 +5,23 @@
                             freeze="velocity", prefetch="nearest", leaves=False, lazy=True)
     res = sp.run(x0, generator)          # res.nfe, res.speedup, res.events, ...
     plain = sample(target, schedule, 1000, generator=0)   # no speculation: plain.samples, plain.nfe
+
+A run's summary needs the verifier only for its declared acceptance per event: ``run_raw(res,
+declared_acceptance(res, verifier))`` is plain arrays, and ``summarize_declared(*run_from_raw(raw),
+stochastic, L)`` computes the summary from them in another process (checked first).
 """
 
-from speccheck.sampler.analysis import calibration, predicted_nfe, summarize, theoretical_acceptance
+from speccheck.sampler.analysis import (
+    calibration,
+    declared_acceptance,
+    join_raw,
+    predicted_nfe,
+    run_from_raw,
+    run_raw,
+    summarize,
+    summarize_declared,
+    theoretical_acceptance,
+)
 from speccheck.sampler.core import (
     FREEZE_MODES,
     MAX_EAGER_ELEMENTS,
@@ -31,6 +45,7 @@ from speccheck.sampler.tree import (
 
 __all__ = [
     "FREEZE_MODES", "MAX_EAGER_ELEMENTS", "MAX_TREE_NODES", "PREFETCH_MODES", "DraftTree", "EventLog", "NodeSource",
-    "PlainResult", "SamplerResult", "SpeculativeSampler", "calibration", "chain", "chain_matched", "predicted_nfe",
-    "pruned_tree", "sample", "summarize", "theoretical_acceptance", "tree_size", "uniform_tree", "widths_tree",
+    "PlainResult", "SamplerResult", "SpeculativeSampler", "calibration", "chain", "chain_matched",
+    "declared_acceptance", "join_raw", "predicted_nfe", "pruned_tree", "run_from_raw", "run_raw", "sample",
+    "summarize", "summarize_declared", "theoretical_acceptance", "tree_size", "uniform_tree", "widths_tree",
 ]

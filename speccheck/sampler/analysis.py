@@ -24,9 +24,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from speccheck.sampler.core import EventLog, SamplerResult
+from speccheck.sampler.core import PREFETCH_MODES, EventLog, SamplerResult
 
 _FAST_CLOSED_FORM = ("rmc", "dgrs")
+#: the per-trajectory counters of a run that its summary reads
+RUN_COUNTERS = ("nfe", "root_calls", "det_calls", "rounds", "n_accepted", "n_verified")
 INTERP_STEP = 0.01
 _TABLES: dict = {}
 
@@ -181,10 +183,32 @@ def _nfe_gap_se(result: SamplerResult, stochastic: np.ndarray, L: int, in_cell: 
     return float(np.std(gaps, ddof=1)) if len(gaps) > 1 else float("nan")
 
 
+def declared_acceptance(result: SamplerResult, verifier: object, mask_traj: Optional[np.ndarray] = None
+                        ) -> np.ndarray:
+    """The verifier's own law at each verification event of the trajectories in ``mask_traj``
+    (all by default): a_i = P(accept | delta_i, K_i) from :func:`theoretical_acceptance`, 0 for
+    events outside the mask. The only part of a summary that needs the verifier."""
+    events = result.events
+    in_cell = np.ones(result.nfe.numel(), dtype=bool) if mask_traj is None else np.asarray(mask_traj, dtype=bool)
+    event_in_cell = in_cell[events.traj.astype(np.int64)]
+    declared = np.zeros(len(events))
+    declared[event_in_cell] = theoretical_acceptance(verifier, events.delta[event_in_cell], events.K[event_in_cell])
+    return declared
+
+
 def summarize(result: SamplerResult, verifier: object, stochastic: np.ndarray, L: int,
               mask_traj: Optional[np.ndarray] = None) -> dict:
     """Speed-up (mean, SE), NFE, acceptance, calibration z, predicted NFE for the trajectories
-    in ``mask_traj`` (all by default). Result tensors may live on any device."""
+    in ``mask_traj`` (all by default): :func:`summarize_declared` with the verifier's
+    :func:`declared_acceptance`. Result tensors may live on any device."""
+    return summarize_declared(result, declared_acceptance(result, verifier, mask_traj), stochastic, L, mask_traj)
+
+
+def summarize_declared(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarray, L: int,
+                       mask_traj: Optional[np.ndarray] = None) -> dict:
+    """:func:`summarize` from the run and the declared acceptance per event (``declared``, as
+    :func:`declared_acceptance` returns it) alone: no verifier, so the judging process can
+    summarise a run made elsewhere."""
     n_batch = result.nfe.numel()
     in_cell = np.ones(n_batch, dtype=bool) if mask_traj is None else np.asarray(mask_traj, dtype=bool)
     speedup = _host(result.speedup)[in_cell]
@@ -193,9 +217,8 @@ def summarize(result: SamplerResult, verifier: object, stochastic: np.ndarray, L
     nfe = nfe_all[in_cell]
     events = result.events
     event_in_cell = in_cell[events.traj.astype(np.int64)]
-    a_theory = np.zeros(len(events))
-    a_theory[event_in_cell] = theoretical_acceptance(verifier, events.delta[event_in_cell], events.K[event_in_cell])
-    calibrated = calibration(verifier, events, event_in_cell, a_theory[event_in_cell])
+    a_theory = np.where(event_in_cell, np.asarray(declared, dtype=np.float64), 0.0)
+    calibrated = calibration(None, events, event_in_cell, a_theory[event_in_cell])
     predicted = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], in_cell, a_theory)
     predicted_freq = predicted_nfe(result, stochastic, L, result.protocol["prefetch"], in_cell)
     gap_se = _nfe_gap_se(result, stochastic, L, in_cell, a_theory, nfe_all)
@@ -221,3 +244,106 @@ def summarize(result: SamplerResult, verifier: object, stochastic: np.ndarray, L
         "nfe_z": float((nfe.mean() - predicted) / gap_se) if gap_se and gap_se > 0 else float("nan"),
         "nfe_z_measured_se_only": float((nfe.mean() - predicted) / nfe_se) if nfe_se and nfe_se > 0 else float("nan"),
     }
+
+
+# ----------------------------------------------------------------------------- runs as raw outputs
+def run_raw(result: SamplerResult, declared: np.ndarray) -> dict:
+    """What :func:`summarize_declared` reads of a run, as host numpy arrays and plain numbers:
+    the per-trajectory ``counters`` (:data:`RUN_COUNTERS`), the ``events`` columns, the
+    ``declared`` acceptance per event, ``n_stochastic``, ``batch_calls`` and ``prefetch``. The
+    process that ran the verifier sends this; :func:`run_from_raw` rebuilds the run elsewhere."""
+    return {"counters": {name: _host(getattr(result, name)).astype(np.int64) for name in RUN_COUNTERS},
+            "events": {name: np.asarray(getattr(result.events, name)) for name in EventLog.__dataclass_fields__},
+            "declared": np.asarray(declared, dtype=np.float64),
+            "n_stochastic": int(result.n_stochastic), "batch_calls": int(result.batch_calls),
+            "prefetch": str(result.protocol["prefetch"])}
+
+
+def join_raw(parts: list[dict]) -> dict:
+    """Raw runs of consecutive trajectory chunks as one (event trajectory ids offset by the
+    trajectories before them; ``batch_calls`` summed). The chunks must share ``n_stochastic``
+    and ``prefetch``. Malformed parts raise ValueError (checked by :func:`run_from_raw`)."""
+    if not parts:
+        raise ValueError("no runs to join")
+    checked = [run_from_raw(part) for part in parts]
+    for name in ("n_stochastic", "prefetch"):
+        if len({str(part[name]) for part in parts}) != 1:
+            raise ValueError(f"the runs to join differ in {name}: {[part[name] for part in parts]}")
+    offsets = np.cumsum([0] + [result.nfe.numel() for result, _ in checked[:-1]])
+    return {"counters": {name: np.concatenate([_host(getattr(result, name)) for result, _ in checked])
+                         for name in RUN_COUNTERS},
+            "events": {name: np.concatenate([getattr(result.events, name) + (int(offset) if name == "traj" else 0)
+                                             for (result, _), offset in zip(checked, offsets)])
+                       for name in EventLog.__dataclass_fields__},
+            "declared": np.concatenate([declared for _, declared in checked]),
+            "n_stochastic": int(parts[0]["n_stochastic"]),
+            "batch_calls": int(sum(int(part["batch_calls"]) for part in parts)),
+            "prefetch": str(parts[0]["prefetch"])}
+
+
+def _column(values: object, name: str, *, integer: bool, length: Optional[int] = None) -> np.ndarray:
+    """A 1-d column of a raw run: integers (or booleans) as int64, else finite float64."""
+    array = np.asarray(values)
+    if array.ndim != 1 or (length is not None and array.size != length):
+        raise ValueError(f"{name}: expected a 1-d column of {length if length is not None else 'any'} values, "
+                         f"got shape {array.shape}")
+    if integer:
+        if array.size and array.dtype.kind not in "iub":
+            raise ValueError(f"{name}: expected integers, got {array.dtype}")
+        return array.astype(np.int64)
+    if array.size and array.dtype.kind not in "iuf":
+        raise ValueError(f"{name}: expected numbers, got {array.dtype}")
+    array = array.astype(np.float64)
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name}: {int((~np.isfinite(array)).sum())} non-finite value(s)")
+    return array
+
+
+def run_from_raw(raw: dict) -> tuple[SamplerResult, np.ndarray]:
+    """The run and its declared acceptance per event from :func:`run_raw`'s dict (arrays or the
+    lists a JSON store holds), checked before use: every column 1-d and of its length and type,
+    counters >= 0, events pointing at existing trajectories with depth, K >= 1, delta >= 0 and
+    finite, accepted 0/1, declared in [0, 1], and the counters agreeing with the events
+    (n_verified = events per trajectory, n_accepted = accepts per trajectory). ValueError
+    naming the first problem otherwise; the run has no states (``x`` is [n, 0])."""
+    import torch
+
+    if not (isinstance(raw, dict) and isinstance(raw.get("counters"), dict) and isinstance(raw.get("events"), dict)):
+        raise ValueError("a raw run needs 'counters' and 'events' tables")
+    counters = {name: _column(raw["counters"].get(name), f"counters.{name}", integer=True) for name in RUN_COUNTERS}
+    n = counters["nfe"].size
+    if n < 1:
+        raise ValueError("a raw run needs at least one trajectory")
+    for name, values in counters.items():
+        if values.size != n or (values < 0).any():
+            raise ValueError(f"counters.{name}: expected {n} values >= 0")
+    first = raw["events"].get("delta")
+    m = np.asarray(first).size if first is not None else -1
+    columns = {name: _column(raw["events"].get(name), f"events.{name}", integer=name != "delta", length=m)
+               for name in EventLog.__dataclass_fields__}
+    bounds = {"traj": (0, n - 1), "depth": (1, None), "K": (1, None), "step": (0, None), "round": (0, None),
+              "accepted": (0, 1), "delta": (0, None)}
+    for name, (low, high) in bounds.items():
+        values = columns[name]
+        if values.size and (values.min() < low or (high is not None and values.max() > high)):
+            raise ValueError(f"events.{name}: values outside [{low}, {high if high is not None else 'inf'}]")
+    declared = _column(raw.get("declared"), "declared", integer=False, length=m)
+    if declared.size and (declared.min() < 0 or declared.max() > 1):
+        raise ValueError("declared: an acceptance probability outside [0, 1]")
+    if not np.array_equal(np.bincount(columns["traj"], minlength=n), counters["n_verified"]):
+        raise ValueError("counters.n_verified disagrees with the events per trajectory")
+    if not np.array_equal(np.bincount(columns["traj"], weights=columns["accepted"], minlength=n).astype(np.int64),
+                          counters["n_accepted"]):
+        raise ValueError("counters.n_accepted disagrees with the accepted events per trajectory")
+    n_stochastic, batch_calls, prefetch = raw.get("n_stochastic"), raw.get("batch_calls"), raw.get("prefetch")
+    if not (isinstance(n_stochastic, (int, np.integer)) and isinstance(batch_calls, (int, np.integer))
+            and not isinstance(n_stochastic, bool) and n_stochastic >= 0 and batch_calls >= 0):
+        raise ValueError(f"n_stochastic and batch_calls must be integers >= 0, got {n_stochastic!r}, {batch_calls!r}")
+    if prefetch not in PREFETCH_MODES:
+        raise ValueError(f"prefetch must be one of {PREFETCH_MODES}, got {prefetch!r}")
+    columns["accepted"] = columns["accepted"].astype(bool)
+    result = SamplerResult(x=torch.empty(n, 0, dtype=torch.float64), commit_depth=torch.empty(n, 0, dtype=torch.long),
+                           events=EventLog(**columns), n_stochastic=int(n_stochastic), batch_calls=int(batch_calls),
+                           lazy_eval_calls=0, protocol={"prefetch": str(prefetch)},
+                           **{name: torch.from_numpy(values) for name, values in counters.items()})
+    return result, declared

@@ -18,7 +18,14 @@ import numpy as np
 import torch
 
 from speccheck.errors import InputError
-from speccheck.sampler.analysis import summarize
+from speccheck.sampler.analysis import (
+    declared_acceptance,
+    join_raw,
+    run_from_raw,
+    run_raw,
+    summarize,
+    summarize_declared,
+)
 from speccheck.sampler.core import (
     FREEZE_MODES,
     PREFETCH_MODES,
@@ -180,8 +187,29 @@ def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_tr
     Counters and every other number are the same with or without."""
     _check_cells(K, Ls, n_traj, seed, max_nodes)
     outputs = _check_outputs(outputs)
-    record = "trajectories" in outputs
     rule = resolve_verifier(verifier)
+    schedule, trees, chunks = _run_batch(proto, rule, K, Ls, n_traj, seed, max_nodes, device,
+                                         record="trajectories" in outputs)
+    rows, summaries = [], []
+    for index, (L, tree) in enumerate(zip(Ls, trees)):
+        first = index * n_traj
+        in_cell = np.zeros(n_traj * len(Ls), dtype=bool)
+        in_cell[first:first + n_traj] = True
+        cell = _cell_fields(rule, K, L, tree, proto, seed)
+        summaries.append({**cell, **_summarize_chunks(chunks, rule, schedule, tree.L, in_cell),
+                          **_cell_arrays(chunks, in_cell, outputs)})
+        rows += _trajectory_rows(chunks, cell, in_cell, first)
+    return rows, summaries
+
+
+def _cell_fields(rule: object, K: int, L: int, tree: DraftTree, proto: Protocol, seed: int) -> dict:
+    return {"rule": verifier_name(rule), "K": K, "L": L, "tree": tree.name, "B": tree.budget,
+            "rows_per_round": tree.rows(proto.leaves), "seed": seed}
+
+
+def _run_batch(proto: Protocol, rule: object, K: int, Ls: Sequence[int], n_traj: int, seed: int, max_nodes: int,
+               device: str | torch.device, *, record: bool) -> tuple[Schedule, list[DraftTree], list]:
+    """The batched run of :func:`run_cells`: (schedule, the cells' trees, [(trajectory span, result)])."""
     target = gmm_preset(proto.target)
     schedule = proto.schedule()
     trees = [cell_tree(rule, K, L, proto, schedule.n_stochastic) for L in Ls]
@@ -198,17 +226,42 @@ def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_tr
         spans = [slice(i, i + per_chunk) for i in range(0, depth_caps.numel(), per_chunk)]
         chunks = [(span, sampler.run(x0[span], gen, record_states=record, depth_cap=depth_caps[span]))
                   for span in spans]
-    rows, summaries = [], []
-    for index, (L, tree) in enumerate(zip(Ls, trees)):
-        first = index * n_traj
-        in_cell = np.zeros(depth_caps.numel(), dtype=bool)
-        in_cell[first:first + n_traj] = True
-        cell = {"rule": verifier_name(rule), "K": K, "L": L, "tree": tree.name, "B": tree.budget,
-                "rows_per_round": tree.rows(proto.leaves), "seed": seed}
-        summaries.append({**cell, **_summarize_chunks(chunks, rule, schedule, tree.L, in_cell),
-                          **_cell_arrays(chunks, in_cell, outputs)})
-        rows += _trajectory_rows(chunks, cell, in_cell, first)
-    return rows, summaries
+    return schedule, trees, chunks
+
+
+def cell_raw(proto: Protocol, verifier: object, K: int, L: int, n_traj: int, seed: int,
+             max_nodes: int = 400_000, device: str | torch.device = "cpu") -> dict:
+    """The half of a one-cell :func:`run_cells` that runs the verifier: the same run, returned
+    raw (:func:`speccheck.sampler.analysis.run_raw`: counters, events and the verifier's declared
+    acceptance per event) with the cell's ``rule``, ``tree``, ``tree_L``, ``B`` and
+    ``rows_per_round``. :func:`summarize_cell` computes the summary from it, in any process."""
+    _check_cells(K, [L], n_traj, seed, max_nodes)
+    rule = resolve_verifier(verifier)
+    _, (tree,), chunks = _run_batch(proto, rule, K, [L], n_traj, seed, max_nodes, device, record=False)
+    parts = [run_raw(result, declared_acceptance(result, rule)) for _, result in chunks]
+    raw = parts[0] if len(parts) == 1 else join_raw(parts)
+    return {**raw, "rule": verifier_name(rule), "tree": tree.name, "tree_L": int(tree.L), "B": int(tree.budget),
+            "rows_per_round": int(tree.rows(proto.leaves))}
+
+
+def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, seed: int) -> tuple[dict, dict]:
+    """The judging half of a one-cell :func:`run_cells`, from :func:`cell_raw`'s output alone (no
+    verifier): (the cell's summary, its per-trajectory columns ``traj``, ``nfe``, ``root_calls``,
+    ``det_calls``, ``rounds``, ``accepted``, ``verified``, ``speedup``). Malformed raw outputs raise
+    ValueError."""
+    result, declared = run_from_raw(raw)
+    tree_L = raw.get("tree_L")
+    deepest = int(result.events.depth.max()) if len(result.events) else 1
+    if not isinstance(tree_L, int) or isinstance(tree_L, bool) or tree_L < deepest:
+        raise ValueError(f"tree_L must be an integer >= the deepest event's depth {deepest}, got {tree_L!r}")
+    cell = {"rule": str(raw.get("rule")), "K": int(K), "L": int(L), "tree": str(raw.get("tree")),
+            "B": int(raw.get("B", 0)), "rows_per_round": int(raw.get("rows_per_round", 0)), "seed": int(seed)}
+    summary = {**cell, **summarize_declared(result, declared, proto.schedule().stochastic, tree_L)}
+    columns = {"traj": list(range(result.nfe.numel())), "nfe": result.nfe.tolist(),
+               "root_calls": result.root_calls.tolist(), "det_calls": result.det_calls.tolist(),
+               "rounds": result.rounds.tolist(), "accepted": result.n_accepted.tolist(),
+               "verified": result.n_verified.tolist(), "speedup": result.speedup.tolist()}
+    return summary, columns
 
 
 def _trajectory_rows(chunks: list, cell: dict, in_cell: np.ndarray, first: int) -> list[dict]:
@@ -286,11 +339,14 @@ def speedup_run(proto: Protocol, verifier: str, K: int, L: int, n_traj: int, see
     """One cell with the full record (the ``speccheck speedup`` JSON); ``outputs`` adds the
     arrays of :func:`run_cells` (not JSON: leave it empty for the record)."""
     _, summ = run_cells(proto, verifier, K, [L], n_traj, seed, outputs=outputs)
-    out = dict(summ[0])
-    out["protocol"] = asdict(proto)
-    out["schedule"] = proto.schedule().describe()
-    out["mixture_seed"] = gmm_preset(proto.target).seed
-    out["speedup_definition"] = ("mean over trajectories of stochastic steps / target calls on the "
-                                 "stochastic part, warm-up call included; deterministic Euler steps "
-                                 "are run separately and not credited")
-    return out
+    return speedup_record(proto, summ[0])
+
+
+def speedup_record(proto: Protocol, summary: dict) -> dict:
+    """A cell's summary with the protocol, schedule, mixture seed and the speed-up's definition:
+    the record :func:`speedup_run` returns (and :func:`summarize_cell`'s summary completes to)."""
+    return {**summary, "protocol": asdict(proto), "schedule": proto.schedule().describe(),
+            "mixture_seed": gmm_preset(proto.target).seed,
+            "speedup_definition": ("mean over trajectories of stochastic steps / target calls on the stochastic "
+                                   "part, warm-up call included; deterministic Euler steps are run separately "
+                                   "and not credited")}

@@ -136,41 +136,27 @@ def sweep_units(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple
 
 
 def merge_chunks(proto: Protocol, rule: str, K: int, L: int, chunks: Sequence[dict], seed: int) -> dict:
-    """A sweep cell's stored result from its chunks' results (in index order): the trajectory
+    """A sweep cell's stored result from its chunks' raw results (in index order; an unchunked
+    cell is one chunk), computed here from the raw outputs alone (no verifier): the trajectory
     columns concatenated (trajectory ids running on over the chunks) and the summary of
-    :func:`speccheck.sampler.analysis.summarize` on the chunks' runs joined into one (event
-    trajectory ids offset), exactly what one run of all the trajectories would summarise."""
-    import torch
-
-    from speccheck.sampler.analysis import summarize
-    from speccheck.sampler.core import EventLog, SamplerResult, resolve_verifier, verifier_name
+    :func:`speccheck.sampler.analysis.summarize` on the chunks' runs joined into one, exactly
+    what one run of all the trajectories would summarise. Malformed raw outputs raise
+    :class:`~speccheck.errors.FileFormatError` (no result from corrupt evidence)."""
+    from speccheck.sampler.analysis import join_raw
+    from speccheck.sampler.experiments import summarize_cell
 
     if not chunks:
         raise InputError(f"sweep cell {rule} K={K} L={L}: no chunks to merge")
-    offsets = np.cumsum([0] + [len(c["counters"]["nfe"]) for c in chunks[:-1]])
-    counters = {name: torch.tensor(np.concatenate([np.asarray(c["counters"][name], dtype=np.int64) for c in chunks]))
-                for name in chunks[0]["counters"]}
-    kinds = {"delta": np.float64, "accepted": np.bool_}
-    events = EventLog(**{name: np.concatenate([np.asarray(c["events"][name], dtype=kinds.get(name, np.int64))
-                                               + (int(offset) if name == "traj" else 0)
-                                               for c, offset in zip(chunks, offsets)])
-                         for name in EventLog.__dataclass_fields__})
-    n = int(counters["nfe"].numel())
-    first = chunks[0]
-    merged = SamplerResult(x=torch.empty(n, 0, dtype=torch.float64), commit_depth=torch.empty(n, 0, dtype=torch.long),
-                           events=events, n_stochastic=int(first["n_stochastic"]),
-                           batch_calls=sum(int(c["batch_calls"]) for c in chunks), lazy_eval_calls=0,
-                           protocol=dict(first["protocol"]), **counters)
-    verifier = resolve_verifier(rule)
-    cell = {"rule": verifier_name(verifier), "K": int(K), "L": int(L), "tree": first["tree"], "B": int(first["B"]),
-            "rows_per_round": int(first["rows_per_round"]), "seed": int(seed)}
-    summary = summarize(merged, verifier, proto.schedule().stochastic, int(first["tree_L"]))  # a chain's own depth
-    speedup = merged.speedup.tolist()
-    columns = {"traj": list(range(n)), "nfe": counters["nfe"].tolist(), "root_calls": counters["root_calls"].tolist(),
-               "det_calls": counters["det_calls"].tolist(), "rounds": counters["rounds"].tolist(),
-               "accepted": counters["n_accepted"].tolist(), "verified": counters["n_verified"].tolist(),
-               "speedup": speedup}
-    return {"summary": plain({**cell, **summary}), "trajectories": columns, "stochastic_steps": merged.n_stochastic}
+    fields = ("rule", "tree", "tree_L", "B", "rows_per_round")
+    try:
+        if any(chunk.get(name) != chunks[0].get(name) for chunk in chunks for name in fields):
+            raise ValueError(f"the chunks differ in {fields}")
+        raw = {**join_raw(list(chunks)), **{name: chunks[0].get(name) for name in fields}}
+        summary, columns = summarize_cell(proto, raw, int(K), int(L), int(seed))
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise FileFormatError(f"sweep cell {rule} K={K} L={L}: malformed raw outputs ({exc}); no result from "
+                              "them (a store written by an older speccheck? use another --name)") from None
+    return {"summary": plain(summary), "trajectories": columns, "stochastic_steps": int(raw["n_stochastic"])}
 
 
 def _run_chunked(units: Sequence[Unit], proto: Protocol, spec: dict, *, job: str, store: StoreArg,
@@ -291,12 +277,12 @@ def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[i
         raise InputError(f"--threads must be >= 1, got {threads}")
     if not verifiers:
         raise InputError("--verifiers needs at least one rule")
-    from speccheck.sampler.core import resolve_verifier
+    from speccheck.verifiers.registry import check_spec
 
-    for rule in verifiers:  # fail fast (exit 2) before any unit runs
+    for rule in verifiers:  # fail fast (exit 2) before any unit runs; the verifiers' code runs only in the units
         try:
-            resolve_verifier(rule)
-        except (ValueError, ImportError, AttributeError) as exc:
+            check_spec(rule)
+        except ValueError as exc:
             raise InputError(f"--verifiers: cannot load {rule!r}: {exc}") from None
     spec, units = sweep_units(proto, verifiers, cells, n_traj, seed, chunk)
     job = name or f"{proto.target}-{proto.key()}" + (f"-chunk{spec['chunk']}" if "chunk" in spec else "")
@@ -306,8 +292,12 @@ def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[i
         units = [Unit("sweep-cell", spec, (str(rule), K, L), base_seed=int(seed))
                  for rule, K, L in {u.identity[:3]: None for u in units}]
     else:
+        def judge(unit: Unit, raw: dict) -> dict:  # the cell's summary, computed here from its raw run
+            rule, K, L = unit.identity
+            return merge_chunks(proto, str(rule), int(K), int(L), [raw], unit.seed)
+
         results = run_units(units, job=job, kind="sweep", spec=spec, store=store, executor=executor,
-                            on_new=_log_cell(log) if log else None)
+                            on_new=_log_cell(log) if log else None, judge=judge)
     return sorted((summary_row(results[u.key]) for u in units), key=lambda r: (r["rule"], r["K"], r["L"]))
 
 

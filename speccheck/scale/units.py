@@ -155,31 +155,27 @@ def _report_record(report: Any) -> dict:
 
 # ----------------------------------------------------------------------------- the unit kinds
 def sweep_cell(unit: Unit) -> dict:
-    """One (rule, K, L) cell of a Gaussian-mixture sweep: per-trajectory columns plus the cell's
-    theory summary (predicted NFE and speed-up, acceptance calibration z)."""
-    from speccheck.sampler.experiments import Protocol, run_cells
+    """One (rule, K, L) cell of a Gaussian-mixture sweep, raw: the run's counters, events and
+    the verifier's declared acceptance per event (:func:`speccheck.sampler.experiments.cell_raw`)
+    as plain JSON. The process that judges it computes the summary
+    (:func:`speccheck.scale.jobs.merge_chunks`), never this one."""
+    from speccheck.sampler.experiments import Protocol, cell_raw
 
     rule, K, L = unit.identity
     proto = Protocol(**unit.spec["protocol"])
-    rows, summaries = run_cells(proto, str(rule), int(K), [int(L)], int(unit.spec["trajectories"]), unit.seed)
-    columns = ("traj", "nfe", "root_calls", "det_calls", "rounds", "accepted", "verified", "speedup")
-    return {"summary": plain(summaries[0]),
-            "trajectories": {name: [plain(r[name]) for r in rows] for name in columns},
-            "stochastic_steps": plain(rows[0]["stochastic_steps"]) if rows else 0}
-
-
-_COUNTERS = ("nfe", "root_calls", "det_calls", "rounds", "n_accepted", "n_verified")
+    return plain(cell_raw(proto, str(rule), int(K), int(L), int(unit.spec["trajectories"]), unit.seed))
 
 
 def sweep_chunk(unit: Unit) -> dict:
     """Trajectories ``[index * chunk, (index + 1) * chunk)`` of one (rule, K, L) sweep cell
-    (identity ``(rule, K, L, index)``), drawn from the unit's own seed: the per-trajectory
-    counters and the verification events, everything the cell's summary needs
-    (:func:`speccheck.scale.jobs.merge_chunks` merges the chunks of a cell exactly). The sampler is
-    set up as :func:`speccheck.sampler.experiments.run_cells` sets up a one-L cell."""
+    (identity ``(rule, K, L, index)``), drawn from the unit's own seed, raw as
+    :func:`sweep_cell`'s (:func:`speccheck.scale.jobs.merge_chunks` merges the chunks of a cell
+    exactly). The sampler is set up as :func:`speccheck.sampler.experiments.run_cells` sets up a
+    one-L cell."""
     import torch
 
-    from speccheck.sampler.core import SpeculativeSampler, resolve_verifier
+    from speccheck.sampler.analysis import declared_acceptance, run_raw
+    from speccheck.sampler.core import SpeculativeSampler, resolve_verifier, verifier_name
     from speccheck.sampler.experiments import Protocol, cell_tree
     from speccheck.sampler.tree import uniform_tree
     from speccheck.seeding import generator
@@ -200,13 +196,9 @@ def sweep_chunk(unit: Unit) -> dict:
     gen = generator(unit.seed, "cpu")
     x0 = torch.randn(count, target.d, generator=gen, dtype=torch.float64)
     result = sampler.run(x0, gen, depth_cap=torch.full((count,), tree.L, dtype=torch.long))
-    events = result.events
-    return {"tree": tree.name, "tree_L": int(tree.L), "B": int(tree.budget),
-            "rows_per_round": int(tree.rows(proto.leaves)), "n_stochastic": int(result.n_stochastic),
-            "batch_calls": int(result.batch_calls),
-            "protocol": plain(result.protocol),
-            "counters": {name: plain(getattr(result, name).cpu().numpy()) for name in _COUNTERS},
-            "events": {name: plain(getattr(events, name)) for name in events.__dataclass_fields__}}
+    return plain({**run_raw(result, declared_acceptance(result, rule)), "rule": verifier_name(rule),
+                  "tree": tree.name, "tree_L": int(tree.L), "B": int(tree.budget),
+                  "rows_per_round": int(tree.rows(proto.leaves))})
 
 
 def calibration_seed(unit: Unit) -> dict:

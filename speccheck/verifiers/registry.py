@@ -124,6 +124,26 @@ def get(spec: Any, **kwargs: Any) -> Any:
     raise LoadError(f"unknown verifier {spec!r}; available: {', '.join(names)} (or 'package.module:attr')")
 
 
+def check_spec(spec: str) -> None:
+    """Whether ``spec`` can name a verifier, importing no code outside speccheck: a built-in or
+    entry-point name, or a path of the form ``package.module:attr``. LoadError otherwise (the
+    message of :func:`get`). Whether the path imports and yields a verifier is left to the
+    process that runs it."""
+    if not isinstance(spec, str):
+        raise LoadError(f"verifier must be a name or a 'module:attr' path; got {spec!r}")
+    if spec in BUILTIN:
+        return
+    if ":" in spec:
+        mod_name, _, attr = spec.partition(":")
+        if not mod_name or not attr:
+            raise LoadError(f"verifier path must look like 'package.module:attr', got {spec!r}")
+        return
+    eps = _entry_points()
+    if spec not in eps:
+        names = sorted(set(BUILTIN) | set(eps))
+        raise LoadError(f"unknown verifier {spec!r}; available: {', '.join(names)} (or 'package.module:attr')")
+
+
 def _describe(obj) -> str:
     desc = getattr(obj, "description", None)
     if isinstance(desc, str) and desc:
