@@ -177,13 +177,13 @@ def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, 
 
 # ----------------------------------------------------------------------------- speed-up, contract, mutants
 def _isolated(job: str, kwargs: dict, *, timeout: float, what: str, device: str = "cpu",
-              preload: tuple[str, ...] = ("torch",)) -> dict:
+              preload: tuple[str, ...] = ("torch",), on_value: Optional[Callable[[dict], None]] = None) -> dict:
     from speccheck.isolation import run_isolated
     from speccheck.scale.executors import launch_worker_template
 
     cuda = str(device).startswith("cuda")
     return run_isolated(job, kwargs, timeout=timeout, what=what, preload=preload,
-                        memory_fraction=None if cuda else 0.8,
+                        memory_fraction=None if cuda else 0.8, on_value=on_value,
                         start_method="forkserver" if launch_worker_template() else "spawn")
 
 
@@ -336,9 +336,10 @@ def mutants(suite: str = "gate", *, names: Optional[list[str]] = None, device: s
     return judge_kill_matrix(_mutant_reports(value.get("mutants")), suite)
 
 
-def _e2e_child(heartbeat: Callable[[str], None], *, base: dict, verifiers: list[str], Ks: list[int], Ls: list[int],
-               epss: list[float], threads: Optional[int]) -> dict:
-    """Child side of :func:`e2e`: the grid of cells, reports as JSON-friendly dicts."""
+def _e2e_child(heartbeat: Callable[[str], None], emit: Callable[[dict], None], *, base: dict, verifiers: list[str],
+               Ks: list[int], Ls: list[int], epss: list[float], threads: Optional[int]) -> dict:
+    """Child side of :func:`e2e`: every cell drawn (:func:`speccheck.validation.e2e.draw_e2e_grid`),
+    its report and raw outputs emitted as it is done (arrays as raw bytes)."""
     import json
 
     import torch
@@ -347,32 +348,45 @@ def _e2e_child(heartbeat: Callable[[str], None], *, base: dict, verifiers: list[
 
     if threads:
         torch.set_num_threads(threads)
-    reports = e2e_module.run_e2e_grid(e2e_module.E2EConfig(**base), verifiers, Ks, Ls, epss, heartbeat=heartbeat,
-                                      log=lambda m: print(m, flush=True))
-    return {"reports": json.loads(json.dumps(reports, default=float))}
+    cells = e2e_module.grid_cells(e2e_module.E2EConfig(**base), verifiers, Ks, Ls, epss)
+
+    def send(message: dict) -> None:
+        emit({**message, "report": json.loads(json.dumps(message["report"], default=float))})
+
+    e2e_module.draw_e2e_grid(cells, emit=send, heartbeat=heartbeat, log=lambda m: print(m, flush=True))
+    return {"cells": len(cells)}
 
 
 def e2e(base: dict, verifiers: list[str], Ks: list[int], Ls: list[int], epss: list[float], *,
         threads: Optional[int] = None, timeout: float = 12 * 3600.0) -> CheckOutcome:
     """Standard vs speculative sampler on a learned model: every (eps, verifier, K, L) cell of
-    :func:`speccheck.validation.e2e.run_e2e_grid` on the config ``base`` (the fields of
-    :class:`~speccheck.validation.e2e.E2EConfig`), in a child process bounded per cell (and the
-    model load) by ``timeout``. ``data["reports"]``: one dict per cell; the verdict is
+    :func:`speccheck.validation.e2e.grid_cells` on the config ``base`` (the fields of
+    :class:`~speccheck.validation.e2e.E2EConfig`). The model and the verifiers run in a child
+    process bounded per cell (and the model load) by ``timeout``, which sends each cell's raw
+    outputs; this process judges them (:func:`speccheck.validation.e2e.judge_e2e_cell`) as they
+    arrive. ``data["reports"]``: one dict per cell; the verdict is
     :func:`speccheck.validation.e2e.grid_exit_code`'s (no verdict when a cell could not run)."""
+    from speccheck.validation import e2e as e2e_module
     from speccheck.validation.verdict import VERDICTS
 
-    value = _isolated("speccheck.api:_e2e_child",
-                      dict(base=base, verifiers=list(verifiers), Ks=list(Ks), Ls=list(Ls), epss=list(epss),
-                           threads=threads),
-                      timeout=timeout, what=f"the e2e run (verifier(s) {', '.join(verifiers)})",
-                      device=str(base.get("device", "cpu")), preload=("torch", "speccheck.validation.e2e"))
-    reports = value.get("reports")
-    if not isinstance(reports, list) or not reports:
-        raise errors.IsolatedCodeError("the e2e run returned no cell reports; no verdict")
-    from speccheck.validation.e2e import grid_exit_code
+    cells = e2e_module.grid_cells(e2e_module.E2EConfig(**base), list(verifiers), list(Ks), list(Ls), list(epss))
+    reports: dict[int, dict] = {}
 
-    verdict = {code: name for name, code in VERDICTS.items()}[grid_exit_code(reports)]
-    return CheckOutcome(verdict, f"{len(reports)} cell(s): {verdict}", {"reports": reports})
+    def judge(message: dict) -> None:
+        index = message.get("cell") if isinstance(message, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(cells) or index in reports:
+            raise errors.IsolatedCodeError("the e2e run sent a report for no cell it was given, or twice; no verdict")
+        reports[index] = e2e_module.judge_e2e_cell(cells[index], message)
+
+    _isolated("speccheck.api:_e2e_child",
+              dict(base=base, verifiers=list(verifiers), Ks=list(Ks), Ls=list(Ls), epss=list(epss), threads=threads),
+              timeout=timeout, what=f"the e2e run (verifier(s) {', '.join(verifiers)})",
+              device=str(base.get("device", "cpu")), preload=("torch", "speccheck.validation.e2e"), on_value=judge)
+    if len(reports) != len(cells):
+        raise errors.IsolatedCodeError(f"the e2e run returned {len(reports)} of {len(cells)} cell reports; no verdict")
+    ordered = [reports[index] for index in range(len(cells))]
+    verdict = {code: name for name, code in VERDICTS.items()}[e2e_module.grid_exit_code(ordered)]
+    return CheckOutcome(verdict, f"{len(ordered)} cell(s): {verdict}", {"reports": ordered})
 
 
 def calibrate(suite: str, verifiers: list[str], *, seeds: range, device: str = "cpu", store: Optional[str] = None,

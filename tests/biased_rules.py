@@ -24,3 +24,14 @@ class Overclaiming(DGRS):
 
     def acceptance(self, delta, K):
         return 0.6 * super().acceptance(delta, K)
+
+
+class Loud(DGRS):
+    """D-GRS whose residual (rejected rows) is shifted by 3: not exact, and loud enough for the
+    e2e innovation test on the digits model."""
+
+    name = "loud-biased"
+
+    def verify(self, delta, s, generator=None):
+        s_out, acc, idx = super().verify(delta, s, generator)
+        return s_out + 3.0 * (~acc), acc, idx

@@ -1,5 +1,5 @@
 """A hostile verifier module: at import it replaces speccheck's statistical tests, Holm, the
-battery's judges and the speed-up summaries' calibration z with ones that always pass, then
+battery's judges, the speed-up summaries' calibration z and the e2e tests with ones that always pass, then
 offers a biased rule and a rule declaring a wrong acceptance law. Loaded by spec string only, so it runs
 where the verifier runs (a child process or a Dask worker), never in the judging process."""
 
@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from speccheck.sampler import analysis
 from speccheck.scale import jobs
-from speccheck.validation import continuous, device_stats, sequence, stats, trajectory
+from speccheck.validation import continuous, device_stats, e2e, sequence, stats, trajectory
 from speccheck.validation.battery import cells, verdict
 from speccheck.validation.results import TestResult
 from tests.biased_rules import Biased as BiasedTwin
+from tests.biased_rules import Loud as LoudTwin
 from tests.biased_rules import Overclaiming as OverclaimingTwin
 
 
@@ -41,6 +42,13 @@ trajectory.judge_trajectories = lambda *a, **k: []
 analysis.calibration = lambda *a, **k: {"n_events": 1, "observed_accepts": 0.0, "expected_accepts": 0.0,
                                         "calibration_z": 0.0}
 jobs.calibration_contradictions = lambda rows, alpha: []
+# and the e2e tests: innovations, energy distance, calibration and the verdict all pass
+trajectory.innovation_tests = lambda *a, **k: []
+e2e.energy_distance_test = lambda *a, **k: {"energy_distance": 0.0, "p_value": 1.0, "n": 0, "n_perm": 0,
+                                            "paired": True}
+e2e.calibration_check = lambda *a, **k: {"ran": True, "passed": True, "z": 0.0}
+e2e.judge_e2e = lambda cfg, report, raw: {**report, "exactness": {}, "exact": True}
+e2e.verdict = lambda checks: True
 
 
 class Biased(BiasedTwin):
@@ -49,3 +57,7 @@ class Biased(BiasedTwin):
 
 class Overclaiming(OverclaimingTwin):
     """The wrong-law rule of :mod:`tests.biased_rules`, loaded after the patches above."""
+
+
+class Loud(LoudTwin):
+    """The loud biased rule of :mod:`tests.biased_rules`, loaded after the patches above."""

@@ -290,3 +290,22 @@ def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed(
                             (short, "declared: expected a 1-d column"), (summary, "malformed raw outputs")):
         with pytest.raises(FileFormatError, match=pattern):
             run(tamper)
+
+
+def test_patched_statistics_in_the_model_process_cannot_pass_a_biased_rule_end_to_end():
+    """tests.patching_rules also replaces the e2e tests and verdict where it runs; the e2e child
+    sends each cell's raw outputs and this process judges them, so the patched rule's reports
+    equal its twin's (not exact: the innovation test rejects it)."""
+    base = dict(model="digits-edm", samples=200, steps=16, eps=0.3, n_perm=3000, seed=2)
+
+    def reports(spec):
+        outcome = api.e2e({**base, "verifier": spec}, [spec], [2], [3], [0.3])
+        assert outcome.verdict == "defect", outcome.reason
+        (report,) = outcome.data["reports"]
+        assert report["exact"] is False and not report["exactness"]["innovation"]["passed"]
+        report = {k: v for k, v in report.items() if not k.startswith("wall_s")}
+        report["config"] = {k: v for k, v in report["config"].items() if k != "verifier"}
+        return json.dumps(report, sort_keys=True, default=str)
+
+    assert reports("tests.patching_rules:Loud") == reports("tests.biased_rules:Loud")
+    assert "tests.patching_rules" not in sys.modules

@@ -19,6 +19,10 @@ The false-failure rate of the whole verdict is <= alpha: Bonferroni over the fam
 ran: a cell where no exactness test (innovation or two-sample) ran has ``exact = None`` (no
 verdict), and options under which a test cannot fail (``n_perm`` too small for the level,
 fewer than 2 samples, both exactness tests off) are refused up front with InputError.
+
+Steps 1-2 and 5 need the model and the verifier (:func:`draw_e2e`: raw outputs); steps 3, 4 and
+6 need only those raw outputs (:func:`judge_e2e`), so :func:`speccheck.api.e2e` runs the first
+half in a child process and judges in its own, which never imports the verifier's code.
 """
 
 from __future__ import annotations
@@ -222,10 +226,25 @@ def build_tree(cfg: E2EConfig, verifier: object) -> "DraftTree":
 
 def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
             log: Optional[Callable[[str], None]] = None) -> dict:
-    """One end-to-end cell; returns a JSON-friendly report (see module docstring)."""
-    from speccheck.sampler.analysis import summarize
+    """One end-to-end cell; returns a JSON-friendly report (see module docstring): the report of
+    :func:`judge_e2e` on :func:`draw_e2e`'s outputs, both in this process."""
+    report, raw = draw_e2e(cfg, model, log)
+    return judge_e2e(cfg, report, raw)
+
+
+def draw_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
+             log: Optional[Callable[[str], None]] = None) -> tuple[dict, dict]:
+    """The half of :func:`run_e2e` that runs the model and the verifier: (the report's descriptive
+    part: config, model, protocol, state shape, timings, standard NFE, digit label agreement,
+    figures; the raw outputs the tests need, as host numpy arrays: ``run`` (the speculative run
+    and the verifier's declared acceptance per event, :func:`speccheck.sampler.analysis.run_raw`),
+    ``tree_L``, ``stochastic`` (the schedule's stochastic steps), ``innovation``
+    (:func:`speccheck.validation.trajectory.innovation_raw`, with the model's drift) when the
+    innovation test runs, ``x`` and ``x_std`` [n, D] (final samples) when the two-sample test
+    runs). :func:`judge_e2e` computes every statistic from them."""
+    from speccheck.sampler.analysis import declared_acceptance, run_raw
     from speccheck.sampler.core import SpeculativeSampler, resolve_verifier, verifier_name
-    from speccheck.validation.trajectory import innovation_checks
+    from speccheck.validation.trajectory import innovation_raw
 
     validate_config(cfg)
     log = log or (lambda m: None)
@@ -262,31 +281,16 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
     report["wall_s_standard"] = round(time.time() - t0, 2)
     log(f"standard run: {report['wall_s_standard']} s")
 
-    summ = summarize(res, verifier, schedule.stochastic, tree.L)
-    report["summary"] = summ
     report["standard_nfe"] = {"stochastic": schedule.n_stochastic, "total": schedule.N}
-
-    level = exactness_level(cfg)
-    checks = {}
+    raw: dict = {"run": run_raw(res, declared_acceptance(res, verifier)), "tree_L": int(tree.L),
+                 "stochastic": np.asarray(schedule.stochastic, dtype=bool)}
     if cfg.innovation:
         t0 = time.time()
-        inn = innovation_checks(res, model.target, schedule, alpha=level, cond=cond, label=f"({cfg.model})")
-        checks["innovation"] = {
-            "ran": len(inn) > 0, "passed": all(r.passed for r in inn), "n_tests": len(inn),
-            "level": inn[0].level if inn else level, "min_p": min((r.p_value for r in inn), default=float("nan")),
-            "failed": [{"name": r.name, "p": r.p_value} for r in inn if not r.passed][:10],
-        }
-        log(f"innovation test: {time.time() - t0:.1f} s")
+        raw["innovation"] = innovation_raw(res, model.target, schedule, cond)
+        log(f"innovations: {time.time() - t0:.1f} s")
     if cfg.two_sample:
-        ts = energy_distance_test(res.x.cpu(), x_std.cpu(), cfg.n_perm, seeded_generator(cfg.seed + 3))
-        ts["level"] = level
-        ts["ran"] = True
-        ts["passed"] = bool(ts["p_value"] >= ts["level"])
-        ts["n_at_least_2000"] = n >= 2000
-        checks["two_sample"] = ts
-    checks["calibration"] = calibration_check(summ, level)
-    report["exactness"] = checks
-    report["exact"] = verdict(checks)
+        raw["x"] = res.x.detach().cpu().double().reshape(n, -1).numpy()
+        raw["x_std"] = x_std.detach().cpu().double().reshape(n, -1).numpy()
     if cfg.model.startswith("digits"):
         from speccheck.targets.digits import classify_samples, fit_digit_classifier
 
@@ -315,7 +319,57 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
             save_grid_png(xs.reshape(xs.shape[0], *xs.shape[-3:]) if xs.dim() >= 4 else xs, p, nrow=k)
             imgs[name] = p
         report["figures"] = imgs
-    return report
+    return report, raw
+
+
+def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
+    """The statistics half of :func:`run_e2e`, from :func:`draw_e2e`'s raw outputs alone (no model,
+    no verifier): the summary (speed-up, NFE, calibration z, predicted NFE), the exactness tests
+    at level alpha / m each and the verdict, added to ``report`` (whose ``config`` is set to
+    ``cfg``'s). Malformed raw outputs raise ValueError."""
+    from speccheck.sampler.analysis import run_from_raw, summarize_declared
+    from speccheck.validation.trajectory import innovation_tests
+
+    if not isinstance(raw, dict):
+        raise ValueError("e2e raw outputs: expected a table")
+    result, declared = run_from_raw(raw.get("run"))
+    stochastic = np.asarray(raw.get("stochastic"))
+    if stochastic.ndim != 1 or stochastic.dtype != bool or int(stochastic.sum()) != result.n_stochastic:
+        raise ValueError(f"e2e raw outputs: stochastic must be a boolean step mask with {result.n_stochastic} "
+                         "stochastic steps")
+    tree_L = raw.get("tree_L")
+    if not isinstance(tree_L, int) or isinstance(tree_L, bool) or not 1 <= tree_L <= 64:
+        raise ValueError(f"e2e raw outputs: tree_L must be an integer in [1, 64], got {tree_L!r}")
+    summary = summarize_declared(result, declared, stochastic, tree_L)
+    level = exactness_level(cfg)
+    checks = {}
+    if cfg.innovation:
+        inn = innovation_tests(raw.get("innovation") or {}, alpha=level, label=f"({cfg.model})")
+        checks["innovation"] = {
+            "ran": len(inn) > 0, "passed": all(r.passed for r in inn), "n_tests": len(inn),
+            "level": inn[0].level if inn else level, "min_p": min((r.p_value for r in inn), default=float("nan")),
+            "failed": [{"name": r.name, "p": r.p_value} for r in inn if not r.passed][:10],
+        }
+    if cfg.two_sample:
+        x, x_std = np.asarray(raw.get("x")), np.asarray(raw.get("x_std"))
+        if x.ndim != 2 or x.shape != x_std.shape or x.shape[0] != cfg.samples or x.dtype != np.float64 \
+                or x_std.dtype != np.float64 or not (np.isfinite(x).all() and np.isfinite(x_std).all()):
+            raise ValueError(f"e2e raw outputs: x and x_std must be finite float64 [{cfg.samples}, D] arrays, got "
+                             f"{x.shape} and {x_std.shape}")
+        ts = energy_distance_test(torch.from_numpy(x), torch.from_numpy(x_std), cfg.n_perm,
+                                  seeded_generator(cfg.seed + 3))
+        ts.update(level=level, ran=True, passed=bool(ts["p_value"] >= level), n_at_least_2000=cfg.samples >= 2000)
+        checks["two_sample"] = ts
+    checks["calibration"] = calibration_check(summary, level)
+    described = {k: report[k] for k in _DESCRIBED if k in report}  # what the drawing side may say; no verdict
+    return {"config": asdict(cfg), **{k: described.pop(k) for k in _DESCRIBED[:5] if k in described},
+            "summary": summary, "standard_nfe": described.pop("standard_nfe", None), "exactness": checks,
+            "exact": verdict(checks), **described}
+
+
+#: the report fields :func:`draw_e2e` fills (descriptions, no statistic), in report order
+_DESCRIBED = ("model", "protocol", "state_shape", "wall_s_speculative", "wall_s_standard", "standard_nfe",
+              "digit_label_agreement", "figures")
 
 
 EXACTNESS_TESTS = ("innovation", "two_sample")
@@ -417,48 +471,89 @@ def out_of_memory(exc: BaseException) -> bool:
 def run_e2e_grid(base: E2EConfig, verifiers: list[str], Ks: list[int], Ls: list[int], epss: list[float], *,
                  heartbeat: Optional[Callable[[str], None]] = None,
                  log: Optional[Callable[[str], None]] = None) -> list[dict]:
-    """Every (eps, verifier, K, L) cell on one loaded model. A cell that cannot be run (its
-    verifier does not load, or a speccheck error such as a bad value) is reported with ``error``
+    """Every (eps, verifier, K, L) cell of :func:`grid_cells` on one loaded model, drawn by
+    :func:`draw_e2e_grid` and judged by :func:`judge_e2e_cell`, both in this process."""
+    cells = grid_cells(base, verifiers, Ks, Ls, epss)
+    reports: list[dict] = []
+    draw_e2e_grid(cells, heartbeat=heartbeat, log=log,
+                  emit=lambda message: reports.append(judge_e2e_cell(cells[message["cell"]], message)))
+    return reports
+
+
+def grid_cells(base: E2EConfig, verifiers: list[str], Ks: list[int], Ls: list[int], epss: list[float]
+               ) -> list[E2EConfig]:
+    """The grid's cells in run order (eps, verifier, K, L), each validated (InputError)."""
+    cells = [replace(base, verifier=v, K=K, L=L, eps=e) for e in epss for v in verifiers for K in Ks for L in Ls]
+    for cfg in cells:
+        validate_config(cfg)
+    return cells
+
+
+def draw_e2e_grid(cells: list[E2EConfig], *, emit: Callable[[dict], None],
+                  heartbeat: Optional[Callable[[str], None]] = None,
+                  log: Optional[Callable[[str], None]] = None) -> None:
+    """:func:`draw_e2e` on every cell with one loaded model, emitting ``{"cell": index, "report",
+    "raw"}`` as each is drawn. A cell that cannot be run (its verifier does not load, or a
+    speccheck error such as a bad value) is emitted without ``raw``, its report with ``error``
     and ``error_kind`` "cannot-run"; one whose run raised anything else (a verifier returning
-    malformed outputs, a broken sampler) with "defect". All cells are validated before the
-    model loads; a missing device or out-of-memory stops the grid (DeviceError)."""
+    malformed outputs, a broken sampler) with "defect". A missing device or out-of-memory stops
+    the grid (DeviceError)."""
     from speccheck.sampler.core import resolve_verifier
 
     beat = heartbeat or (lambda label: None)
     log = log or (lambda m: None)
-    cells = [replace(base, verifier=v, K=K, L=L, eps=e) for e in epss for v in verifiers for K in Ks for L in Ls]
-    for cfg in cells:
-        validate_config(cfg)
-    check_device(base.device)
-    beat(f"loading model {base.model}")
-    model = load_model(base)
-    reports = []
-    for cfg in cells:
+    if not cells:
+        return
+    check_device(cells[0].device)
+    beat(f"loading model {cells[0].model}")
+    model = load_model(cells[0])
+    for index, cfg in enumerate(cells):
         label = f"{cfg.model} {cfg.verifier} K={cfg.K} L={cfg.L} eps={cfg.eps:g}"
         beat(label)
         try:
             resolve_verifier(cfg.verifier)
         except Exception as exc:  # noqa: BLE001 - any failure to load is "cannot run"
-            reports.append({"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}",
-                            "error_kind": "cannot-run", "exact": None})
-            log(f"{label}: error: {reports[-1]['error']}")
+            log(f"{label}: error: {type(exc).__name__}: {exc}")
+            emit({"cell": index, "report": _error_report(cfg, exc, "cannot-run")})
             continue
         try:
-            report = run_e2e(cfg, model, log=log)
+            report, raw = draw_e2e(cfg, model, log=log)
         except SpeccheckError as exc:
-            report = {"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}", "error_kind": "cannot-run",
-                      "exact": None}
+            log(f"{label}: error: {type(exc).__name__}: {exc}")
+            emit({"cell": index, "report": _error_report(cfg, exc, "cannot-run")})
+            continue
         except Exception as exc:  # noqa: BLE001 - code under test raised: a defect of that code
             if out_of_memory(exc):
                 first_line = (str(exc).splitlines() or [""])[0][:200]
                 raise DeviceError(f"out of memory on {cfg.device} in cell {label}; reduce --max-rows or --samples "
                                   f"({type(exc).__name__}: {first_line})") from None
-            report = {"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}", "error_kind": "defect",
-                      "exact": False}
-        if "error" in report:
-            log(f"{label}: error: {report['error']}")
-        reports.append(report)
-    return reports
+            log(f"{label}: error: {type(exc).__name__}: {exc}")
+            emit({"cell": index, "report": _error_report(cfg, exc, "defect")})
+            continue
+        emit({"cell": index, "report": report, "raw": raw})
+
+
+def _error_report(cfg: E2EConfig, exc: BaseException, kind: str) -> dict:
+    return {"config": asdict(cfg), "error": f"{type(exc).__name__}: {exc}", "error_kind": kind,
+            "exact": None if kind == "cannot-run" else False}
+
+
+def judge_e2e_cell(cfg: E2EConfig, message: dict) -> dict:
+    """A cell's report from :func:`draw_e2e_grid`'s message: judged by :func:`judge_e2e` from its
+    raw outputs; a cell that could not run or raised keeps its error report (the kind and verdict
+    set here: "cannot-run" has no verdict, "defect" is not exact); malformed raw outputs are
+    "cannot-run" (no verdict from corrupt evidence)."""
+    report = message.get("report") if isinstance(message, dict) else None
+    report = report if isinstance(report, dict) else {}
+    if "raw" not in message:
+        kind = "defect" if report.get("error_kind") == "defect" else "cannot-run"
+        return {"config": asdict(cfg), "error": str(report.get("error", "the cell sent no raw outputs")),
+                "error_kind": kind, "exact": None if kind == "cannot-run" else False}
+    try:
+        return judge_e2e(cfg, report, message["raw"])
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        return {"config": asdict(cfg), "error": f"malformed raw outputs ({exc}); no verdict from them",
+                "error_kind": "cannot-run", "exact": None}
 
 
 def grid_exit_code(reports: list[dict]) -> int:

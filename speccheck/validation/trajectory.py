@@ -94,39 +94,67 @@ def innovation_checks(result: SamplerResult, target: Any, schedule: Schedule, *,
                       cond: Optional[torch.Tensor] = None, label: str = "") -> list[TestResult]:
     """Innovation test stratified by commit depth: per stratum (1) KS of all coordinates vs
     N(0, 1), (2) chi-square of sum ||xi||^2 with d * count dof, (3) z and KS of the projections
-    on the past-measurable unit vectors Y_n/|Y_n| and v(Y_n)/|v(Y_n)|. Bonferroni over all."""
+    on the past-measurable unit vectors Y_n/|Y_n| and v(Y_n)/|v(Y_n)|. Bonferroni over all.
+    :func:`innovation_tests` of :func:`innovation_raw`."""
+    return innovation_tests(innovation_raw(result, target, schedule, cond), alpha=alpha, label=label)
+
+
+def innovation_raw(result: SamplerResult, target: Any, schedule: Schedule,
+                   cond: Optional[torch.Tensor] = None) -> dict:
+    """The half of :func:`innovation_checks` that needs the run and the model's drift, as host
+    numpy arrays: ``xi`` [n, S, d] the standardised innovations at the S stochastic steps,
+    ``depth`` [n, S] the commit depth of each step, ``proj_state`` and ``proj_velocity`` [n, S]
+    the projections of xi on the unit vectors Y_n/|Y_n| and v(Y_n)/|v(Y_n)|."""
     if result.states is None:
         raise ValueError("innovation_checks needs a run with record_states=True")
     xi, steps, uy, uv = innovations(result.states, target, schedule, cond)
-    depth = result.commit_depth[:, steps]                    # [nb, S]
+    return {"xi": xi.cpu().numpy(), "depth": result.commit_depth[:, steps].cpu().numpy(),
+            "proj_state": (xi * uy).sum(2).cpu().numpy(), "proj_velocity": (xi * uv).sum(2).cpu().numpy()}
+
+
+def innovation_tests(raw: dict, *, alpha: float, label: str = "") -> list[TestResult]:
+    """The statistics of :func:`innovation_checks` from :func:`innovation_raw`'s arrays alone (no
+    model, no verifier); malformed arrays (shapes that disagree, non-finite values, depths < 0)
+    raise ValueError."""
+    xi = np.asarray(raw.get("xi"))
+    depth = np.asarray(raw.get("depth"))
+    projections = {"state-direction": np.asarray(raw.get("proj_state")),
+                   "velocity-direction": np.asarray(raw.get("proj_velocity"))}
+    if xi.ndim != 3 or xi.dtype.kind != "f" or depth.shape != xi.shape[:2] or depth.dtype.kind not in "iu" or any(
+            proj.shape != xi.shape[:2] or proj.dtype.kind != "f" for proj in projections.values()):
+        raise ValueError(f"innovations: expected xi [n, S, d] and depth, projections [n, S]; got xi {xi.shape}, "
+                         f"depth {depth.shape}, projections {[proj.shape for proj in projections.values()]}")
+    if not (np.isfinite(xi).all() and all(np.isfinite(proj).all() for proj in projections.values())):
+        raise ValueError("innovations: non-finite values")
+    if depth.size and depth.min() < 0:
+        raise ValueError("innovations: a negative commit depth")
     d = xi.shape[2]
-    strata = {}
-    for l in torch.unique(depth).tolist():
-        m = depth == l
-        key = f"depth{l}" if int(m.sum()) >= MIN_STRATUM else "rare"
-        strata.setdefault(key, torch.zeros_like(m))
-        strata[key] |= m
-    strata["all"] = torch.ones_like(depth, dtype=torch.bool)
-    raw = []
-    for key, m in strata.items():
-        x = xi[m]                                            # [cnt, d]
-        cnt = x.shape[0]
-        if cnt == 0:
+    strata: dict = {}
+    for level in np.unique(depth).tolist():
+        in_level = depth == level
+        key = f"depth{level}" if int(in_level.sum()) >= MIN_STRATUM else "rare"
+        strata[key] = strata.get(key, np.zeros_like(in_level)) | in_level
+    strata["all"] = np.ones_like(depth, dtype=bool)
+    rows = []
+    for key, in_stratum in strata.items():
+        x = xi[in_stratum]                                   # [count, d]
+        count = x.shape[0]
+        if count == 0:
             continue
-        s, p = _ks(x.reshape(-1).cpu().numpy())
-        raw.append((f"innovation{label}[{key}] coordinates KS", "innovation coordinates KS", key, s, p,
-                    {"count": cnt}))
-        q = float((x**2).sum())
-        raw.append((f"innovation{label}[{key}] chi2 of |xi|^2", "innovation chi2 of |xi|^2", key, q / (cnt * d),
-                    _chi2_two_sided(q, cnt * d), {"count": cnt, "dof": cnt * d}))
-        for nm, u in (("state-direction", uy), ("velocity-direction", uv)):
-            proj = (x * u[m]).sum(1).cpu().numpy()
-            z = float(proj.sum() / np.sqrt(cnt))
-            raw.append((f"innovation{label}[{key}] {nm} mean z", f"innovation {nm} mean z", key, z, _z_two_sided(z),
-                        {"count": cnt}))
-            s, p = _ks(proj)
-            raw.append((f"innovation{label}[{key}] {nm} KS", f"innovation {nm} KS", key, s, p, {"count": cnt}))
-    return _results(raw, alpha / len(raw), _cell(label))
+        s, p = _ks(x.reshape(-1))
+        rows.append((f"innovation{label}[{key}] coordinates KS", "innovation coordinates KS", key, s, p,
+                     {"count": count}))
+        q = float((torch.from_numpy(x) ** 2).sum())
+        rows.append((f"innovation{label}[{key}] chi2 of |xi|^2", "innovation chi2 of |xi|^2", key, q / (count * d),
+                     _chi2_two_sided(q, count * d), {"count": count, "dof": count * d}))
+        for name, proj in projections.items():
+            values = proj[in_stratum]
+            z = float(values.sum() / np.sqrt(count))
+            rows.append((f"innovation{label}[{key}] {name} mean z", f"innovation {name} mean z", key, z,
+                         _z_two_sided(z), {"count": count}))
+            s, p = _ks(values)
+            rows.append((f"innovation{label}[{key}] {name} KS", f"innovation {name} KS", key, s, p, {"count": count}))
+    return _results(rows, alpha / len(rows), _cell(label))
 
 
 def gaussian_chain_checks(result: SamplerResult, target: GaussianData, schedule: Schedule, *,

@@ -142,7 +142,7 @@ def test_out_of_memory_stops_the_grid_as_exit_2(digits_edm, monkeypatch):
     def oom(cfg, model, log=None):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 TB")
 
-    monkeypatch.setattr(e2e, "run_e2e", oom)
+    monkeypatch.setattr(e2e, "draw_e2e", oom)
     with pytest.raises(DeviceError, match="out of memory on cpu in cell digits-edm dgrs K=2 L=3"):
         e2e.run_e2e_grid(_cfg(), ["dgrs"], [2], [3], [0.3])
 
@@ -188,3 +188,39 @@ def test_sd35_path_on_a_tiny_local_directory(tmp_path):
     assert r["model"]["guidance_scale"] == 7.0 and r["state_shape"] == [16, 64, 64]
     assert r["protocol"]["schedule"]["grid"] == "diffusers-flow(shift=3.0)"
     assert r["summary"]["stochastic_steps"] == 4 and r["summary"]["nfe_mean"] >= 2
+
+
+def test_a_cell_is_judged_from_its_raw_outputs_and_refused_when_malformed(digits_edm):
+    """draw_e2e (where the model and verifier run) sends descriptions and raw outputs; judge_e2e
+    computes every statistic from the raw outputs alone, ignores any verdict the drawing side
+    claims, and refuses malformed raw outputs (no verdict) instead of judging them."""
+    import numpy as np
+
+    cfg = _cfg(samples=100)
+    report, raw = e2e.draw_e2e(cfg, digits_edm)
+    judged = e2e.judge_e2e(cfg, report, raw)
+    assert judged["exact"] is True and judged["summary"]["trajectories"] == 100
+    claimed = e2e.judge_e2e(cfg, {**report, "exact": True, "exactness": {}, "summary": {}}, raw)
+    assert claimed == judged  # a report's own verdict or statistics are never read
+    shifted = {**raw, "innovation": {**raw["innovation"], "xi": raw["innovation"]["xi"] + 0.5}}
+    assert e2e.judge_e2e(cfg, report, shifted)["exact"] is False
+
+    def bad(**changes):
+        return {**raw, **changes}
+    run = raw["run"]
+    cases = [
+        (bad(x_std=raw["x_std"][:-1]), "x and x_std must be finite float64"),
+        (bad(innovation={**raw["innovation"], "xi": np.full_like(raw["innovation"]["xi"], np.nan)}), "non-finite"),
+        (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"][:, :-1]}), "expected xi [n, S, d]"),
+        (bad(run={**run, "counters": {**run["counters"], "n_accepted": run["counters"]["n_accepted"] + 1}}),
+         "n_accepted disagrees"),
+        (bad(stochastic=np.ones(3, dtype=bool)), "stochastic must be a boolean step mask"),
+        (bad(tree_L=0), "tree_L must be an integer"),
+        ("not a table", "expected a table"),
+    ]
+    for tampered, pattern in cases:
+        out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": report, "raw": tampered})
+        assert out["error_kind"] == "cannot-run" and out["exact"] is None and pattern in out["error"], out
+    assert e2e.grid_exit_code([out]) == 2
+    defect = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": {"error": "RuntimeError: x", "error_kind": "defect"}})
+    assert defect["exact"] is False and e2e.grid_exit_code([defect]) == 1
