@@ -35,3 +35,18 @@ class Loud(DGRS):
     def verify(self, delta, s, generator=None):
         s_out, acc, idx = super().verify(delta, s, generator)
         return s_out + 3.0 * (~acc), acc, idx
+
+
+class KilledAtK1(DGRS):
+    """D-GRS whose process is killed (SIGKILL) when it is called with one child: a sweep's second
+    cell of [(2, 2), (1, 3)] dies mid-run."""
+
+    name = "killed-at-k1"
+
+    def verify(self, delta, s, generator=None):
+        if s.shape[-1] == 1:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().verify(delta, s, generator)

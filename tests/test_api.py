@@ -309,3 +309,20 @@ def test_patched_statistics_in_the_model_process_cannot_pass_a_biased_rule_end_t
 
     assert reports("tests.patching_rules:Loud") == reports("tests.biased_rules:Loud")
     assert "tests.patching_rules" not in sys.modules
+
+
+def test_a_sweep_whose_child_is_killed_has_no_verdict_and_keeps_the_cells_judged(tmp_path, capsys):
+    """kill -9 of the sweep's isolated child mid-run: exit 2 naming the kill; the cell judged
+    before it stays in the store, and a rerun of that cell finds it there (no run)."""
+    import sqlite3
+
+    store = str(tmp_path / "s.sqlite")
+    argv = ["sweep", "--verifiers", "tests.biased_rules:KilledAtK1", "--trajectories", "4", "--steps", "6",
+            "--workers", "1", "--store", store, "--no-progress", "--name", "k"]
+    code, out, err = run_cli([*argv, "--cells", "2x2", "1x3"], capsys)
+    assert code == 2 and "SIGKILL" in err and "no verdict" in err, (out, err)
+    with sqlite3.connect(store) as db:
+        assert db.execute("SELECT unit_key FROM units WHERE job = 'k'").fetchall() == \
+            [("tests.biased_rules:KilledAtK1/2/2",)]
+    code, out, err = run_cli([*argv, "--cells", "2x2"], capsys)
+    assert code == 0 and "1 cells run or found" in out and "K=2 L=2: speedup" not in out, (out, err)
