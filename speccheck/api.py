@@ -222,8 +222,8 @@ def speedup(verifier: str, K: int, L: int, *, target: str = "gmm-paper", traject
                       timeout=timeout, what=f"verifier {verifier!r}",
                       preload=("torch", "speccheck.sampler.experiments"))
     try:
-        summary, _ = summarize_cell(proto, value.get("raw"), K, L, seed)
-    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        summary, _ = summarize_cell(proto, value.get("raw"), K, L, trajectories, seed)
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
         raise errors.IsolatedCodeError(f"the speed-up run returned a malformed raw run ({exc}); no verdict") from None
     out = speedup_record(proto, summary)
     cell = {"rule": out["rule"], "K": K, "L": L, "acceptance": out["acceptance"], "calibration_z": out["calibration_z"]}

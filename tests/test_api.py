@@ -266,10 +266,26 @@ def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed(
     clean = run(lambda unit, outcome: outcome)
     assert clean[0]["trajectories"] == 6 and abs(clean[0]["calibration_z"]) < 4
 
-    def claim(unit, outcome):  # a worker claiming every event was certain to accept: z is computed from it
+    def change(**fields):  # a worker sending its run with these fields replaced
+        def tamper(unit, outcome):
+            outcome["result"].update(fields)
+            return outcome
+        return tamper
+
+    def claim(unit, outcome):  # a worker claiming every event was certain to accept
         outcome["result"]["declared"] = [1.0] * len(outcome["result"]["declared"])
         return outcome
-    assert abs(run(claim)[0]["calibration_z"]) > 4  # +inf here: no variance under the claim, yet rejections
+
+    def no_events(unit, outcome):  # a run with no verifications: no evidence, not a pass
+        raw = outcome["result"]
+        raw["events"] = {name: [] for name in raw["events"]}
+        raw["declared"] = []
+        raw["counters"]["n_verified"] = raw["counters"]["n_accepted"] = [0] * len(raw["counters"]["nfe"])
+        return outcome
+
+    def inflate(unit, outcome):  # nfe that are not rounds + root calls
+        outcome["result"]["counters"]["nfe"] = [n + 1 for n in outcome["result"]["counters"]["nfe"]]
+        return outcome
 
     def recount(unit, outcome):  # counters that disagree with the events
         outcome["result"]["counters"]["n_accepted"][0] += 1
@@ -286,8 +302,17 @@ def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed(
     def summary(unit, outcome):  # a worker sending a summary instead of its run
         outcome["result"] = {"summary": {"calibration_z": 0.0}, "trajectories": {}}
         return outcome
-    for tamper, pattern in ((recount, "n_accepted disagrees"), (nan_delta, "events.delta: 1 non-finite"),
-                            (short, "declared: expected a 1-d column"), (summary, "malformed raw outputs")):
+
+    cases = ((recount, "n_accepted disagrees"), (nan_delta, "events.delta: 1 non-finite"),
+             (short, "declared: expected a 1-d column"), (summary, "malformed raw outputs"),
+             (claim, "exceeds the i.i.d.-list bound"),
+             (no_events, "did not verify each of the"), (inflate, r"nfe = rounds \+ root_calls"),
+             (change(n_stochastic=10**9), "is not the schedule's"), (change(tree_L=10**13), "tree_L 10000000000000"),
+             (change(rule="x" * 1000), "rule must be the verifier's name"), (change(B=float("inf")), None))
+    for tamper, pattern in cases:
+        if pattern is None:  # fields the judge computes itself are ignored
+            assert run(tamper) == clean
+            continue
         with pytest.raises(FileFormatError, match=pattern):
             run(tamper)
 

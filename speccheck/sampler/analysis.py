@@ -91,14 +91,17 @@ def theoretical_acceptance(verifier: object, delta: np.ndarray, K: np.ndarray) -
 def calibration(verifier: object, events: EventLog, mask: Optional[np.ndarray] = None,
                 a: Optional[np.ndarray] = None) -> dict:
     """Observed vs expected accepts over the (masked) events: {'observed', 'expected', 'z', 'n'}.
-    ``a``: precomputed theoretical acceptance of the masked events (optional)."""
+    ``a``: precomputed theoretical acceptance of the masked events (optional). No events: z is NaN."""
     sel = np.ones(len(events), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
     if a is None:
         a = theoretical_acceptance(verifier, events.delta[sel], events.K[sel])
     obs = float(events.accepted[sel].sum())
     exp = float(a.sum())
     var = float((a * (1 - a)).sum())
-    z = (obs - exp) / np.sqrt(var) if var > 0 else (0.0 if obs == exp else np.inf)
+    if not sel.any():  # no events: no test (NaN), never a pass
+        z = np.nan
+    else:
+        z = (obs - exp) / np.sqrt(var) if var > 0 else (0.0 if obs == exp else np.inf)
     return {"n_events": int(sel.sum()), "observed_accepts": obs, "expected_accepts": exp,
             "calibration_z": float(z)}
 
@@ -347,3 +350,47 @@ def run_from_raw(raw: dict) -> tuple[SamplerResult, np.ndarray]:
                            lazy_eval_calls=0, protocol={"prefetch": str(prefetch)},
                            **{name: torch.from_numpy(values) for name, values in counters.items()})
     return result, declared
+
+
+#: slack of the declared acceptance over the i.i.d.-list bound (tabulated laws interpolate to ~1e-5)
+BOUND_SLACK = 1e-4
+
+
+def check_run(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarray, *, n_traj: int, tree_L: int,
+              width: int) -> None:
+    """What every run of Algorithm 1 with ``n_traj`` trajectories on a schedule with the stochastic
+    steps ``stochastic`` and a tree of depth ``tree_L`` and ``width`` children per node obeys,
+    checked on a run rebuilt by :func:`run_from_raw` (ValueError naming the first that fails):
+    n_traj trajectories and n_stochastic = sum(stochastic) >= 1; each trajectory verifies each
+    stochastic step once (n_verified = n_stochastic, the (trajectory, step) pairs of the events
+    distinct and at stochastic steps); nfe = rounds + root_calls with rounds >= 1; event depths in
+    [1, tree_L] and K = width; and the declared acceptance a law an exact rule can have, at most
+    the i.i.d.-list bound of its (delta, K) (+ :data:`BOUND_SLACK`)."""
+    from speccheck.theory import list_bound_iid
+
+    n = result.nfe.numel()
+    mask = np.asarray(stochastic)
+    if n != n_traj:
+        raise ValueError(f"the run has {n} trajectories, {n_traj} were asked for")
+    if mask.ndim != 1 or mask.dtype != bool or int(mask.sum()) != result.n_stochastic or result.n_stochastic < 1:
+        raise ValueError(f"n_stochastic {result.n_stochastic} is not the schedule's {int(mask.sum())} (>= 1) "
+                         "stochastic steps")
+    events = result.events
+    if not (_host(result.n_verified) == result.n_stochastic).all():
+        raise ValueError(f"a trajectory did not verify each of the {result.n_stochastic} stochastic steps once")
+    if (events.step >= mask.size).any() or not mask[events.step].all():
+        raise ValueError("an event at a step that is not stochastic")
+    pairs = events.traj.astype(np.int64) * mask.size + events.step
+    if np.unique(pairs).size != pairs.size:
+        raise ValueError("a (trajectory, step) verified twice")
+    rounds, root_calls, nfe = (_host(getattr(result, name)) for name in ("rounds", "root_calls", "nfe"))
+    if (rounds < 1).any() or not np.array_equal(nfe, rounds + root_calls):
+        raise ValueError("the counters break nfe = rounds + root_calls with rounds >= 1")
+    if len(events) and (events.depth.max() > tree_L or (events.K != width).any()):
+        raise ValueError(f"events outside the tree: depth > {tree_L} or K != {width}")
+    bound = list_bound_iid(events.delta, width) if len(events) else np.zeros(0)
+    above = np.nonzero(declared > bound + BOUND_SLACK)[0]
+    if above.size:
+        i = int(above[0])
+        raise ValueError(f"declared acceptance {declared[i]:.6g} at delta={events.delta[i]:.6g}, K={width} exceeds "
+                         f"the i.i.d.-list bound {bound[i]:.6g}: no exact rule has it")

@@ -19,6 +19,7 @@ import torch
 
 from speccheck.errors import InputError
 from speccheck.sampler.analysis import (
+    check_run,
     declared_acceptance,
     join_raw,
     run_from_raw,
@@ -244,19 +245,27 @@ def cell_raw(proto: Protocol, verifier: object, K: int, L: int, n_traj: int, see
             "rows_per_round": int(tree.rows(proto.leaves))}
 
 
-def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, seed: int) -> tuple[dict, dict]:
+def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, n_traj: int, seed: int) -> tuple[dict, dict]:
     """The judging half of a one-cell :func:`run_cells`, from :func:`cell_raw`'s output alone (no
     verifier): (the cell's summary, its per-trajectory columns ``traj``, ``nfe``, ``root_calls``,
-    ``det_calls``, ``rounds``, ``accepted``, ``verified``, ``speedup``). Malformed raw outputs raise
+    ``det_calls``, ``rounds``, ``accepted``, ``verified``, ``speedup``). The run is checked first
+    against what was asked (:func:`speccheck.sampler.analysis.check_run`: ``n_traj`` trajectories,
+    ``proto``'s schedule, the (K, L) tree or, for a K = 1-only rule, its matched chain); the tree's
+    description comes from here, only the rule's name from ``raw``. Malformed raw outputs raise
     ValueError."""
     result, declared = run_from_raw(raw)
-    tree_L = raw.get("tree_L")
-    deepest = int(result.events.depth.max()) if len(result.events) else 1
-    if not isinstance(tree_L, int) or isinstance(tree_L, bool) or tree_L < deepest:
-        raise ValueError(f"tree_L must be an integer >= the deepest event's depth {deepest}, got {tree_L!r}")
-    cell = {"rule": str(raw.get("rule")), "K": int(K), "L": int(L), "tree": str(raw.get("tree")),
-            "B": int(raw.get("B", 0)), "rows_per_round": int(raw.get("rows_per_round", 0)), "seed": int(seed)}
-    summary = {**cell, **summarize_declared(result, declared, proto.schedule().stochastic, tree_L)}
+    schedule = proto.schedule()
+    name = raw.get("rule")
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise ValueError(f"rule must be the verifier's name (1 to 200 characters), got {str(name)[:80]!r}")
+    chained = K > 1 and len(result.events) > 0 and bool((result.events.K == 1).all())
+    tree = chain(min(_matched_length(K, L, proto), schedule.n_stochastic)) if chained else uniform_tree(K, L)
+    if raw.get("tree_L") != tree.L:
+        raise ValueError(f"tree_L {raw.get('tree_L')!r} is not the depth {tree.L} of the cell's tree {tree.name}")
+    check_run(result, declared, schedule.stochastic, n_traj=n_traj, tree_L=tree.L, width=tree.max_K)
+    cell = {"rule": name, "K": int(K), "L": int(L), "tree": tree.name, "B": int(tree.budget),
+            "rows_per_round": int(tree.rows(proto.leaves)), "seed": int(seed)}
+    summary = {**cell, **summarize_declared(result, declared, schedule.stochastic, tree.L)}
     columns = {"traj": list(range(result.nfe.numel())), "nfe": result.nfe.tolist(),
                "root_calls": result.root_calls.tolist(), "det_calls": result.det_calls.tolist(),
                "rounds": result.rounds.tolist(), "accepted": result.n_accepted.tolist(),

@@ -135,10 +135,10 @@ def sweep_units(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple
     return spec, units
 
 
-def merge_chunks(proto: Protocol, rule: str, K: int, L: int, chunks: Sequence[dict], seed: int) -> dict:
+def merge_chunks(proto: Protocol, rule: str, K: int, L: int, chunks: Sequence[dict], seed: int, n_traj: int) -> dict:
     """A sweep cell's stored result from its chunks' raw results (in index order; an unchunked
     cell is one chunk), computed here from the raw outputs alone (no verifier): the trajectory
-    columns concatenated (trajectory ids running on over the chunks) and the summary of
+    columns concatenated (trajectory ids running on over the chunks, ``n_traj`` in all) and the summary of
     :func:`speccheck.sampler.analysis.summarize` on the chunks' runs joined into one, exactly
     what one run of all the trajectories would summarise. Malformed raw outputs raise
     :class:`~speccheck.errors.FileFormatError` (no result from corrupt evidence)."""
@@ -152,10 +152,12 @@ def merge_chunks(proto: Protocol, rule: str, K: int, L: int, chunks: Sequence[di
         if any(chunk.get(name) != chunks[0].get(name) for chunk in chunks for name in fields):
             raise ValueError(f"the chunks differ in {fields}")
         raw = {**join_raw(list(chunks)), **{name: chunks[0].get(name) for name in fields}}
-        summary, columns = summarize_cell(proto, raw, int(K), int(L), int(seed))
-    except (ValueError, TypeError, AttributeError, KeyError) as exc:
-        raise FileFormatError(f"sweep cell {rule} K={K} L={L}: malformed raw outputs ({exc}); no result from "
-                              "them (a store written by an older speccheck? use another --name)") from None
+        summary, columns = summarize_cell(proto, raw, int(K), int(L), int(n_traj), int(seed))
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+        older = all(isinstance(chunk, dict) and "protocol" in chunk and "declared" not in chunk for chunk in chunks)
+        raise FileFormatError(f"sweep cell {rule} K={K} L={L}: " + (
+            "chunks stored by an older speccheck (no declared acceptance); run the sweep under another --name"
+            if older else f"malformed raw outputs ({exc}); no result from them")) from None
     return {"summary": plain(summary), "trajectories": columns, "stochastic_steps": int(raw["n_stochastic"])}
 
 
@@ -182,7 +184,7 @@ def _run_chunked(units: Sequence[Unit], proto: Protocol, spec: dict, *, job: str
                 continue
             rule, K, L = group[0].identity[:3]
             result = merge_chunks(proto, str(rule), int(K), int(L), [chunk_results[u.key] for u in group],
-                                  int(spec["seed"]))
+                                  int(spec["seed"]), int(spec["trajectories"]))
             merged[key] = result
             if opened is not None:
                 opened.put(job, key, identity=[rule, K, L], seed=int(spec["seed"]), spec_hash=digest, wall_s=0.0,
@@ -254,11 +256,16 @@ def format_contradictions(rejected: Sequence[dict], alpha: float, m: int) -> str
 def judge_calibration(rows: Sequence[dict], alpha: float) -> CheckOutcome:
     """The theory-vs-measurement verdict of speed-up cells (``rule``, ``K``, ``L``,
     ``acceptance``, ``calibration_z``): defect when :func:`calibration_contradictions` rejects a
-    cell (Holm over the cells at ``alpha``), its lines naming them; else exact. ``data``:
+    cell (Holm over the cells at ``alpha``), its lines naming them; no verdict when no cell has a
+    z (no events anywhere); else exact. ``data``:
     ``{"rejected": [...]}``."""
     from speccheck.validation.verdict import CheckOutcome
 
     rejected = calibration_contradictions(rows, alpha)
+    untested = [r for r in rows if math.isnan(float(r.get("calibration_z", math.nan)))]
+    if rows and len(untested) == len(rows):
+        return CheckOutcome("no_verdict", "no cell has a calibration z (no verification events): no evidence",
+                            {"rejected": []}, [f"no verdict: none of the {len(rows)} cell(s) verified anything"])
     if rejected:
         return CheckOutcome("defect", f"{len(rejected)} of {len(rows)} cell(s) contradict their verifier's law",
                             {"rejected": rejected}, [format_contradictions(rejected, alpha, len(rows))])
@@ -294,7 +301,7 @@ def run_sweep(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[i
     else:
         def judge(unit: Unit, raw: dict) -> dict:  # the cell's summary, computed here from its raw run
             rule, K, L = unit.identity
-            return merge_chunks(proto, str(rule), int(K), int(L), [raw], unit.seed)
+            return merge_chunks(proto, str(rule), int(K), int(L), [raw], unit.seed, n_traj)
 
         results = run_units(units, job=job, kind="sweep", spec=spec, store=store, executor=executor,
                             on_new=_log_cell(log) if log else None, judge=judge)

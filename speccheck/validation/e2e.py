@@ -327,24 +327,27 @@ def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
     no verifier): the summary (speed-up, NFE, calibration z, predicted NFE), the exactness tests
     at level alpha / m each and the verdict, added to ``report`` (whose ``config`` is set to
     ``cfg``'s). Malformed raw outputs raise ValueError."""
-    from speccheck.sampler.analysis import run_from_raw, summarize_declared
+    from speccheck.sampler.analysis import check_run, run_from_raw, summarize_declared
     from speccheck.validation.trajectory import innovation_tests
 
     if not isinstance(raw, dict):
         raise ValueError("e2e raw outputs: expected a table")
+    _check_described(report)
     result, declared = run_from_raw(raw.get("run"))
     stochastic = np.asarray(raw.get("stochastic"))
-    if stochastic.ndim != 1 or stochastic.dtype != bool or int(stochastic.sum()) != result.n_stochastic:
-        raise ValueError(f"e2e raw outputs: stochastic must be a boolean step mask with {result.n_stochastic} "
-                         "stochastic steps")
-    tree_L = raw.get("tree_L")
-    if not isinstance(tree_L, int) or isinstance(tree_L, bool) or not 1 <= tree_L <= 64:
-        raise ValueError(f"e2e raw outputs: tree_L must be an integer in [1, 64], got {tree_L!r}")
-    summary = summarize_declared(result, declared, stochastic, tree_L)
+    steps = stochastic.shape[0] if stochastic.ndim == 1 else -1
+    if not (1 <= steps <= 10_000 and steps == (cfg.steps or steps)):
+        raise ValueError(f"e2e raw outputs: stochastic must be a step mask of {cfg.steps or '2 to 10000'} steps")
+    tree = judged_tree(cfg, chained=len(result.events) > 0 and bool((result.events.K == 1).all()))
+    if raw.get("tree_L") != tree.L:
+        raise ValueError(f"e2e raw outputs: tree_L {raw.get('tree_L')!r} is not the depth {tree.L} of {tree.name}")
+    check_run(result, declared, stochastic, n_traj=cfg.samples, tree_L=tree.L, width=tree.max_K)
+    summary = summarize_declared(result, declared, stochastic, tree.L)
     level = exactness_level(cfg)
     checks = {}
     if cfg.innovation:
-        inn = innovation_tests(raw.get("innovation") or {}, alpha=level, label=f"({cfg.model})")
+        inn = innovation_tests(raw.get("innovation") or {}, alpha=level, label=f"({cfg.model})",
+                               shape=(cfg.samples, result.n_stochastic), max_depth=tree.L)
         checks["innovation"] = {
             "ran": len(inn) > 0, "passed": all(r.passed for r in inn), "n_tests": len(inn),
             "level": inn[0].level if inn else level, "min_p": min((r.p_value for r in inn), default=float("nan")),
@@ -365,6 +368,36 @@ def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
     return {"config": asdict(cfg), **{k: described.pop(k) for k in _DESCRIBED[:5] if k in described},
             "summary": summary, "standard_nfe": described.pop("standard_nfe", None), "exactness": checks,
             "exact": verdict(checks), **described}
+
+
+def judged_tree(cfg: E2EConfig, *, chained: bool) -> "DraftTree":
+    """The tree :func:`build_tree` builds for ``cfg``, known without the verifier: a chain of L
+    for K = 1; for K > 1 the (K, L) tree, or (``chained``: the run's events are all single-child,
+    a K = 1-only rule) the chain ``cfg.match`` matches to it."""
+    from speccheck.sampler.tree import chain, chain_matched, uniform_tree
+
+    if cfg.K == 1:
+        return chain(cfg.L)
+    if not chained:
+        return uniform_tree(cfg.K, cfg.L)
+    return chain(cfg.L) if cfg.match == "none" else chain_matched(uniform_tree(cfg.K, cfg.L), cfg.match, cfg.leaves)
+
+
+def _check_described(report: dict) -> None:
+    """The descriptive fields the drawing side sends, in the form :func:`format_report` reads."""
+    if not isinstance(report, dict):
+        raise ValueError("e2e report: expected a table")
+    protocol = report.get("protocol")
+    if not (isinstance(protocol, dict) and isinstance(protocol.get("verifier"), str)
+            and isinstance(protocol.get("tree"), dict) and isinstance(protocol["tree"].get("tree"), str)
+            and all(k in protocol for k in ("freeze", "leaves", "prefetch"))):
+        raise ValueError("e2e report: protocol lacks verifier, tree, freeze, leaves or prefetch")
+    numbers = [report.get("wall_s_speculative"), report.get("wall_s_standard")]
+    agreement = report.get("digit_label_agreement")
+    if agreement is not None:
+        numbers += [agreement.get("speculative"), agreement.get("standard")] if isinstance(agreement, dict) else [None]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+        raise ValueError("e2e report: timings and digit label agreement must be numbers")
 
 
 #: the report fields :func:`draw_e2e` fills (descriptions, no statistic), in report order
@@ -551,7 +584,7 @@ def judge_e2e_cell(cfg: E2EConfig, message: dict) -> dict:
                 "error_kind": kind, "exact": None if kind == "cannot-run" else False}
     try:
         return judge_e2e(cfg, report, message["raw"])
-    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
         return {"config": asdict(cfg), "error": f"malformed raw outputs ({exc}); no verdict from them",
                 "error_kind": "cannot-run", "exact": None}
 

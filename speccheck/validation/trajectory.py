@@ -112,10 +112,14 @@ def innovation_raw(result: SamplerResult, target: Any, schedule: Schedule,
             "proj_state": (xi * uy).sum(2).cpu().numpy(), "proj_velocity": (xi * uv).sum(2).cpu().numpy()}
 
 
-def innovation_tests(raw: dict, *, alpha: float, label: str = "") -> list[TestResult]:
+def innovation_tests(raw: dict, *, alpha: float, label: str = "", shape: Optional[tuple[int, int]] = None,
+                     max_depth: Optional[int] = None) -> list[TestResult]:
     """The statistics of :func:`innovation_checks` from :func:`innovation_raw`'s arrays alone (no
-    model, no verifier); malformed arrays (shapes that disagree, non-finite values, depths < 0)
-    raise ValueError."""
+    model, no verifier). Malformed arrays raise ValueError: shapes that disagree or are empty
+    (xi [n, S, d] with d >= 1; [n, S] = ``shape`` when given), non-finite values, depths outside
+    [0, ``max_depth``]."""
+    if not isinstance(raw, dict):
+        raise ValueError("innovations: expected a table")
     xi = np.asarray(raw.get("xi"))
     depth = np.asarray(raw.get("depth"))
     projections = {"state-direction": np.asarray(raw.get("proj_state")),
@@ -124,10 +128,13 @@ def innovation_tests(raw: dict, *, alpha: float, label: str = "") -> list[TestRe
             proj.shape != xi.shape[:2] or proj.dtype.kind != "f" for proj in projections.values()):
         raise ValueError(f"innovations: expected xi [n, S, d] and depth, projections [n, S]; got xi {xi.shape}, "
                          f"depth {depth.shape}, projections {[proj.shape for proj in projections.values()]}")
+    if xi.size == 0 or (shape is not None and tuple(xi.shape[:2]) != tuple(shape)):
+        want = f"{shape[0]}, {shape[1]}" if shape is not None else "n, S"
+        raise ValueError(f"innovations: xi {xi.shape}, expected [{want}, d] with n, S, d >= 1")
     if not (np.isfinite(xi).all() and all(np.isfinite(proj).all() for proj in projections.values())):
         raise ValueError("innovations: non-finite values")
-    if depth.size and depth.min() < 0:
-        raise ValueError("innovations: a negative commit depth")
+    if depth.min() < 0 or (max_depth is not None and depth.max() > max_depth):
+        raise ValueError(f"innovations: commit depths outside [0, {max_depth if max_depth is not None else 'inf'}]")
     d = xi.shape[2]
     strata: dict = {}
     for level in np.unique(depth).tolist():

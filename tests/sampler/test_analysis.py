@@ -58,7 +58,7 @@ def test_a_cell_from_its_raw_run_equals_run_cells(rule, K, L):
     splits the run (max_nodes) and the chunks' raw runs are joined."""
     for max_nodes in (400_000, 40):
         rows, summaries = run_cells(PROTO, rule, K, [L], 7, 3, max_nodes=max_nodes)
-        summary, columns = summarize_cell(PROTO, cell_raw(PROTO, rule, K, L, 7, 3, max_nodes=max_nodes), K, L, 3)
+        summary, columns = summarize_cell(PROTO, cell_raw(PROTO, rule, K, L, 7, 3, max_nodes=max_nodes), K, L, 7, 3)
         assert _same(summary, summaries[0]) and columns["speedup"] == [r["speedup"] for r in rows]
 
 

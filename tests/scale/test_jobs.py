@@ -136,3 +136,15 @@ def test_checked_in_legacy_sweeps_are_readable():
         rows, spec = load_sweep(str(folder))
         assert rows and all(r["trajectories"] == spec["trajectories"] for r in rows)
         assert all(1.0 <= r["speedup"] for r in rows)
+
+
+def test_cells_without_a_calibration_z_are_no_evidence():
+    """A cell with no verification events has z = NaN: no test. All cells so: no verdict, never exact."""
+    from speccheck.scale.jobs import judge_calibration
+
+    cell = {"rule": "r", "K": 2, "L": 2, "acceptance": 0.5}
+    assert judge_calibration([{**cell, "calibration_z": float("nan")}] * 2, 1e-3).verdict == "no_verdict"
+    assert judge_calibration([{**cell, "calibration_z": float("nan")}, {**cell, "calibration_z": 0.3}],
+                             1e-3).verdict == "exact"
+    assert judge_calibration([{**cell, "calibration_z": float("nan")}, {**cell, "calibration_z": 9.0}],
+                             1e-3).verdict == "defect"

@@ -23,7 +23,7 @@ def test_one_chunk_merges_to_the_run_of_its_trajectories(rule, K, L):
     """The chunk unit runs the cell as run_cells does, and the merge summarises as run_cells does."""
     spec = {"protocol": asdict(PROTO), "trajectories": 5, "seed": 0, "chunk": 5}
     unit = Unit("sweep-chunk", spec, (rule, K, L, 0), base_seed=0)
-    merged = merge_chunks(PROTO, rule, K, L, [run_unit(unit)["result"]], seed=0)
+    merged = merge_chunks(PROTO, rule, K, L, [run_unit(unit)["result"]], seed=0, n_traj=5)
     rows, summaries = run_cells(PROTO, rule, K, [L], 5, unit.seed)
     want = {k: v for k, v in summaries[0].items() if k != "seed"}
     got = {k: v for k, v in merged["summary"].items() if k != "seed"}

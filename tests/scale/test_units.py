@@ -43,7 +43,7 @@ def test_results_do_not_depend_on_order_or_company():
     assert canonical_json(alone[units[2].key]) == canonical_json(forward[units[2].key])
     raw = forward["dgrs/2/2"]  # a sweep cell's unit returns its raw run; the judging process summarises it
     assert len(raw["counters"]["nfe"]) == 3 and len(raw["declared"]) == len(raw["events"]["delta"])
-    result = merge_chunks(Protocol(**SWEEP_SPEC["protocol"]), "dgrs", 2, 2, [raw], units[2].seed)
+    result = merge_chunks(Protocol(**SWEEP_SPEC["protocol"]), "dgrs", 2, 2, [raw], units[2].seed, 3)
     assert result["summary"]["seed"] == units[2].seed and len(result["trajectories"]["speedup"]) == 3
 
 

@@ -214,13 +214,31 @@ def test_a_cell_is_judged_from_its_raw_outputs_and_refused_when_malformed(digits
         (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"][:, :-1]}), "expected xi [n, S, d]"),
         (bad(run={**run, "counters": {**run["counters"], "n_accepted": run["counters"]["n_accepted"] + 1}}),
          "n_accepted disagrees"),
-        (bad(stochastic=np.ones(3, dtype=bool)), "stochastic must be a boolean step mask"),
-        (bad(tree_L=0), "tree_L must be an integer"),
+        (bad(stochastic=np.ones(3, dtype=bool)), "stochastic must be a step mask of 16 steps"),
+        (bad(stochastic=np.zeros(16, dtype=bool)), "is not the schedule's"),
+        (bad(tree_L=0), "tree_L 0 is not the depth 3"),
+        (bad(tree_L=10**13), "tree_L 10000000000000 is not the depth 3"),
+        (bad(innovation={**raw["innovation"], "xi": raw["innovation"]["xi"][:, :, :0]}), "expected [100, 14, d]"),
+        (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"] + 5}), "commit depths outside"),
+        (bad(run={**run, "counters": {**run["counters"], "nfe": 0 * run["counters"]["nfe"]}}), "nfe = rounds"),
         ("not a table", "expected a table"),
     ]
     for tampered, pattern in cases:
         out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": report, "raw": tampered})
         assert out["error_kind"] == "cannot-run" and out["exact"] is None and pattern in out["error"], out
+    for described in ({**report, "protocol": None}, {**report, "wall_s_standard": "soon"}):
+        out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": described, "raw": raw})
+        assert out["error_kind"] == "cannot-run" and "e2e report:" in out["error"], out
     assert e2e.grid_exit_code([out]) == 2
     defect = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": {"error": "RuntimeError: x", "error_kind": "defect"}})
     assert defect["exact"] is False and e2e.grid_exit_code([defect]) == 1
+
+
+@pytest.mark.parametrize("match, length", [("budget", 14), ("rows", 14), ("none", 3)])
+def test_a_k1_only_rule_runs_its_matched_chain_and_is_judged(digits_edm, match, length):
+    """rmc at K = 2, L = 3 runs a chain (B(2, 3) = 14 drafts; with leaves the rows match it too; or L); the
+    judge knows that chain from the config alone and accepts its depth."""
+    cfg = _cfg(verifier="rmc", samples=60, two_sample=False, match=match)
+    report = e2e.run_e2e(cfg, digits_edm)
+    assert report["protocol"]["tree"]["tree"] == f"chain(L={length})" and report["exact"] is not None
+    assert e2e.judged_tree(cfg, chained=True).L == length
