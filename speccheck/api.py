@@ -223,6 +223,8 @@ def speedup(verifier: str, K: int, L: int, *, target: str = "gmm-paper", traject
                       preload=("torch", "speccheck.sampler.experiments"))
     try:
         summary, _ = summarize_cell(proto, value.get("raw"), K, L, trajectories, seed)
+    except errors.DefectError as exc:
+        return CheckOutcome("defect", str(exc), {"result": None, "target": proto.target}, [f"DEFECT: {exc}"])
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
         raise errors.IsolatedCodeError(f"the speed-up run returned a malformed raw run ({exc}); no verdict") from None
     out = speedup_record(proto, summary)
@@ -449,6 +451,8 @@ def sweep(verifiers: list[str], cells: list[tuple[int, int]], trajectories: int,
         name = name or f"{proto.target}-{proto.key()}" + (f"-chunk{chunk}" if chunked else "")
         rows = jobs.run_sweep(proto, verifiers, cells, trajectories, seed, store=store, name=name, executor=executor,
                               threads=threads, log=log, chunk=chunk)
+    except errors.DefectError as exc:  # a cell's run broke Algorithm 1 or declared an impossible law
+        return CheckOutcome("defect", str(exc), {"name": name, "rows": []}, [f"DEFECT: {exc}"])
     finally:
         executor.close()
     outcome = jobs.judge_calibration(rows, alpha)

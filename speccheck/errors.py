@@ -43,3 +43,11 @@ class IsolatedCodeError(SpeccheckError):
 
 class DeviceError(SpeccheckError):
     """The requested device is missing or invalid, or ran out of memory."""
+
+
+class DefectError(SpeccheckError):
+    """Judging found a defect in the code that ran (exit code 1): a run that breaks what every run
+    of Algorithm 1 obeys, or a verifier declaring an acceptance law no exact rule has. Raised
+    where no per-test verdict can carry it; the message names what was broken."""
+
+    exit_code = EXIT_DEFECT

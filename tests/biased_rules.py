@@ -50,3 +50,15 @@ class KilledAtK1(DGRS):
 
             os.kill(os.getpid(), signal.SIGKILL)
         return super().verify(delta, s, generator)
+
+
+class Impossible(DGRS):
+    """D-GRS declaring acceptance 1 everywhere: a law no exact rule has (above the i.i.d.-list
+    bound for every delta > 0)."""
+
+    name = "impossible-law"
+
+    def acceptance(self, delta, K):
+        import numpy as np
+
+        return np.ones_like(np.asarray(delta, dtype=float))

@@ -254,7 +254,7 @@ def test_patched_statistics_cannot_hide_a_wrong_acceptance_law_from_speedup_or_s
 
 
 def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed():
-    from speccheck.errors import FileFormatError
+    from speccheck.errors import DefectError, FileFormatError
     from speccheck.sampler.experiments import preset
     from speccheck.scale import jobs
 
@@ -305,7 +305,7 @@ def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed(
 
     cases = ((recount, "n_accepted disagrees"), (nan_delta, "events.delta: 1 non-finite"),
              (short, "declared: expected a 1-d column"), (summary, "malformed raw outputs"),
-             (claim, "exceeds the i.i.d.-list bound"),
+             (claim, "exceeds the i.i.d.-list bound"),  # a defect: no exact rule has that law
              (no_events, "did not verify each of the"), (inflate, r"nfe = rounds \+ root_calls"),
              (change(n_stochastic=10**9), "is not the schedule's"), (change(tree_L=10**13), "tree_L 10000000000000"),
              (change(rule="x" * 1000), "rule must be the verifier's name"), (change(B=float("inf")), None))
@@ -313,7 +313,8 @@ def test_a_sweep_cell_is_summarised_from_its_raw_run_and_refused_when_malformed(
         if pattern is None:  # fields the judge computes itself are ignored
             assert run(tamper) == clean
             continue
-        with pytest.raises(FileFormatError, match=pattern):
+        broken = tamper in (claim, no_events, inflate)  # what a run of Algorithm 1 never does: a defect
+        with pytest.raises(DefectError if broken else FileFormatError, match=pattern):
             run(tamper)
 
 
@@ -351,3 +352,16 @@ def test_a_sweep_whose_child_is_killed_has_no_verdict_and_keeps_the_cells_judged
             [("tests.biased_rules:KilledAtK1/2/2",)]
     code, out, err = run_cli([*argv, "--cells", "2x2"], capsys)
     assert code == 0 and "1 cells run or found" in out and "K=2 L=2: speedup" not in out, (out, err)
+
+
+def test_a_declared_law_no_exact_rule_has_is_a_defect(capsys):
+    """A rule declaring acceptance above the i.i.d.-list bound: the judge refuses the law as a
+    defect (exit 1, naming it) on the speed-up, the sweep and the command."""
+    spec = "tests.biased_rules:Impossible"
+    outcome = api.speedup(spec, 2, 2, trajectories=6, overrides={"steps": 6})
+    assert outcome.verdict == "defect" and "exceeds the i.i.d.-list bound" in outcome.reason
+    swept = api.sweep([spec], [(2, 2)], 4, overrides={"steps": 6}, workers=1)
+    assert swept.verdict == "defect" and "exceeds the i.i.d.-list bound" in swept.reason
+    code, out, err = run_cli(["speedup", "--verifier", spec, "--K", "2", "--L", "2", "--trajectories", "6",
+                              "--steps", "6"], capsys)
+    assert code == 1 and "DEFECT: declared acceptance" in out, (out, err)

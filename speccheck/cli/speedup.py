@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
                       timeout=args.timeout)
     out = outcome.data["result"]
     if args.json:
-        print(json_text(out))
-    else:
+        print(json_text(out if out is not None else {"verdict": outcome.verdict, "reason": outcome.reason}))
+    elif out is not None:  # None: the run itself was a defect (the lines below say which)
         _print_table(out, outcome.data["target"])
     for line in outcome.lines:
         print(line, file=sys.stdout if not args.json else sys.stderr)

@@ -365,7 +365,10 @@ def check_run(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarra
     stochastic step once (n_verified = n_stochastic, the (trajectory, step) pairs of the events
     distinct and at stochastic steps); nfe = rounds + root_calls with rounds >= 1; event depths in
     [1, tree_L] and K = width; and the declared acceptance a law an exact rule can have, at most
-    the i.i.d.-list bound of its (delta, K) (+ :data:`BOUND_SLACK`)."""
+    the i.i.d.-list bound of its (delta, K) (+ :data:`BOUND_SLACK`). A run that is not the one
+    asked for (trajectories, schedule) is ValueError (malformed evidence); one that breaks the
+    rest is :class:`~speccheck.errors.DefectError` (a defect of the code that ran)."""
+    from speccheck.errors import DefectError
     from speccheck.theory import list_bound_iid
 
     n = result.nfe.numel()
@@ -377,20 +380,22 @@ def check_run(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarra
                          "stochastic steps")
     events = result.events
     if not (_host(result.n_verified) == result.n_stochastic).all():
-        raise ValueError(f"a trajectory did not verify each of the {result.n_stochastic} stochastic steps once")
+        raise DefectError(f"the run breaks Algorithm 1: a trajectory did not verify each of the "
+                          f"{result.n_stochastic} stochastic steps once")
     if (events.step >= mask.size).any() or not mask[events.step].all():
-        raise ValueError("an event at a step that is not stochastic")
+        raise DefectError("the run breaks Algorithm 1: an event at a step that is not stochastic")
     pairs = events.traj.astype(np.int64) * mask.size + events.step
     if np.unique(pairs).size != pairs.size:
-        raise ValueError("a (trajectory, step) verified twice")
+        raise DefectError("the run breaks Algorithm 1: a (trajectory, step) verified twice")
     rounds, root_calls, nfe = (_host(getattr(result, name)) for name in ("rounds", "root_calls", "nfe"))
     if (rounds < 1).any() or not np.array_equal(nfe, rounds + root_calls):
-        raise ValueError("the counters break nfe = rounds + root_calls with rounds >= 1")
+        raise DefectError("the run breaks Algorithm 1: the counters break nfe = rounds + root_calls with "
+                          "rounds >= 1")
     if len(events) and (events.depth.max() > tree_L or (events.K != width).any()):
-        raise ValueError(f"events outside the tree: depth > {tree_L} or K != {width}")
+        raise DefectError(f"the run breaks Algorithm 1: events outside the tree: depth > {tree_L} or K != {width}")
     bound = list_bound_iid(events.delta, width) if len(events) else np.zeros(0)
     above = np.nonzero(declared > bound + BOUND_SLACK)[0]
     if above.size:
         i = int(above[0])
-        raise ValueError(f"declared acceptance {declared[i]:.6g} at delta={events.delta[i]:.6g}, K={width} exceeds "
+        raise DefectError(f"declared acceptance {declared[i]:.6g} at delta={events.delta[i]:.6g}, K={width} exceeds "
                          f"the i.i.d.-list bound {bound[i]:.6g}: no exact rule has it")

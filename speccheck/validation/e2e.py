@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
-from speccheck.errors import DeviceError, InputError, SpeccheckError
+from speccheck.errors import DefectError, DeviceError, InputError, SpeccheckError
 from speccheck.seeding import generator as seeded_generator
 
 if TYPE_CHECKING:
@@ -574,8 +574,9 @@ def _error_report(cfg: E2EConfig, exc: BaseException, kind: str) -> dict:
 def judge_e2e_cell(cfg: E2EConfig, message: dict) -> dict:
     """A cell's report from :func:`draw_e2e_grid`'s message: judged by :func:`judge_e2e` from its
     raw outputs; a cell that could not run or raised keeps its error report (the kind and verdict
-    set here: "cannot-run" has no verdict, "defect" is not exact); malformed raw outputs are
-    "cannot-run" (no verdict from corrupt evidence)."""
+    set here: "cannot-run" has no verdict, "defect" is not exact); a run that breaks Algorithm 1
+    or declares an impossible law is a "defect"; malformed raw outputs are "cannot-run" (no
+    verdict from corrupt evidence)."""
     report = message.get("report") if isinstance(message, dict) else None
     report = report if isinstance(report, dict) else {}
     if "raw" not in message:
@@ -584,6 +585,8 @@ def judge_e2e_cell(cfg: E2EConfig, message: dict) -> dict:
                 "error_kind": kind, "exact": None if kind == "cannot-run" else False}
     try:
         return judge_e2e(cfg, report, message["raw"])
+    except DefectError as exc:  # the run broke Algorithm 1 (a sampler mutant) or declared an impossible law
+        return {"config": asdict(cfg), "error": str(exc), "error_kind": "defect", "exact": False}
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
         return {"config": asdict(cfg), "error": f"malformed raw outputs ({exc}); no verdict from them",
                 "error_kind": "cannot-run", "exact": None}

@@ -220,7 +220,7 @@ def test_a_cell_is_judged_from_its_raw_outputs_and_refused_when_malformed(digits
         (bad(tree_L=10**13), "tree_L 10000000000000 is not the depth 3"),
         (bad(innovation={**raw["innovation"], "xi": raw["innovation"]["xi"][:, :, :0]}), "expected [100, 14, d]"),
         (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"] + 5}), "commit depths outside"),
-        (bad(run={**run, "counters": {**run["counters"], "nfe": 0 * run["counters"]["nfe"]}}), "nfe = rounds"),
+
         ("not a table", "expected a table"),
     ]
     for tampered, pattern in cases:
@@ -230,6 +230,9 @@ def test_a_cell_is_judged_from_its_raw_outputs_and_refused_when_malformed(digits
         out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": described, "raw": raw})
         assert out["error_kind"] == "cannot-run" and "e2e report:" in out["error"], out
     assert e2e.grid_exit_code([out]) == 2
+    inflated = bad(run={**run, "counters": {**run["counters"], "nfe": 0 * run["counters"]["nfe"]}})
+    out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": report, "raw": inflated})  # breaks Algorithm 1: a defect
+    assert out["error_kind"] == "defect" and out["exact"] is False and "nfe = rounds" in out["error"], out
     defect = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": {"error": "RuntimeError: x", "error_kind": "defect"}})
     assert defect["exact"] is False and e2e.grid_exit_code([defect]) == 1
 
@@ -242,3 +245,18 @@ def test_a_k1_only_rule_runs_its_matched_chain_and_is_judged(digits_edm, match, 
     report = e2e.run_e2e(cfg, digits_edm)
     assert report["protocol"]["tree"]["tree"] == f"chain(L={length})" and report["exact"] is not None
     assert e2e.judged_tree(cfg, chained=True).L == length
+
+
+def test_every_sampler_mutant_is_not_exact_end_to_end(digits_edm):
+    """Each sampler mutant is a defect end to end, whether a test rejects its samples or the judge
+    sees its run break Algorithm 1 (extra-commit commits a step it never verified)."""
+    from speccheck.validation.sampler_mutants import SAMPLER_MUTANTS
+
+    errors = {}
+    for name in sorted(SAMPLER_MUTANTS):
+        cfg = _cfg(sampler_mutant=name, samples=100, two_sample=False)
+        report, raw = e2e.draw_e2e(cfg, digits_edm)
+        out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": report, "raw": raw})
+        assert out["exact"] is False, (name, out.get("error"), out.get("exactness"))
+        errors[name] = out.get("error", "")
+    assert "breaks Algorithm 1" in errors["extra-commit"]
