@@ -283,9 +283,11 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
                 continue
             try:
                 message = _recv(parent_conn)
+                if not isinstance(message, dict):
+                    raise TypeError(f"a {type(message).__name__}, not a message")
             except (EOFError, OSError):
                 break
-            except (ValueError, TypeError, AttributeError) as exc:
+            except (ValueError, TypeError, AttributeError, RecursionError) as exc:
                 _stop(proc)
                 raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
             kind = message.get("kind")

@@ -325,7 +325,7 @@ def run_from_raw(raw: dict) -> tuple[SamplerResult, np.ndarray]:
     columns = {name: _column(raw["events"].get(name), f"events.{name}", integer=name != "delta", length=m)
                for name in EventLog.__dataclass_fields__}
     bounds = {"traj": (0, n - 1), "depth": (1, None), "K": (1, None), "step": (0, None), "round": (0, None),
-              "accepted": (0, 1), "delta": (0, None)}
+              "accepted": (0, 1), "delta": (0, None), "index": (0, None)}
     for name, (low, high) in bounds.items():
         values = columns[name]
         if values.size and (values.min() < low or (high is not None and values.max() > high)):
@@ -387,15 +387,47 @@ def check_run(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarra
     pairs = events.traj.astype(np.int64) * mask.size + events.step
     if np.unique(pairs).size != pairs.size:
         raise DefectError("the run breaks Algorithm 1: a (trajectory, step) verified twice")
-    rounds, root_calls, nfe = (_host(getattr(result, name)) for name in ("rounds", "root_calls", "nfe"))
-    if (rounds < 1).any() or not np.array_equal(nfe, rounds + root_calls):
-        raise DefectError("the run breaks Algorithm 1: the counters break nfe = rounds + root_calls with "
-                          "rounds >= 1")
-    if len(events) and (events.depth.max() > tree_L or (events.K != width).any()):
-        raise DefectError(f"the run breaks Algorithm 1: events outside the tree: depth > {tree_L} or K != {width}")
+    if len(events) and (events.depth.max() > tree_L or (events.K != width).any() or events.index.max() > width):
+        raise DefectError(f"the run breaks Algorithm 1: events outside the tree: depth > {tree_L}, K != {width} "
+                          f"or a child index > {width}")
+    _check_accounting(result, mask)
     bound = list_bound_iid(events.delta, width) if len(events) else np.zeros(0)
     above = np.nonzero(declared > bound + BOUND_SLACK)[0]
     if above.size:
         i = int(above[0])
         raise DefectError(f"declared acceptance {declared[i]:.6g} at delta={events.delta[i]:.6g}, K={width} exceeds "
                          f"the i.i.d.-list bound {bound[i]:.6g}: no exact rule has it")
+
+
+def _check_accounting(result: SamplerResult, stochastic: np.ndarray) -> None:
+    """The call accounting of Algorithm 1, from the events: a round verifies depths 1, 2, ..., m
+    on consecutive steps, every one accepted but possibly the last; rounds = the rounds the events
+    show, numbered 0, 1, ...; root_calls = one warm-up per stochastic block (prefetch 'none': one
+    per round); nfe = rounds + root_calls. DefectError naming the first that fails."""
+    from speccheck.errors import DefectError
+
+    events = result.events
+    n = result.nfe.numel()
+    order = np.lexsort((events.depth, events.round, events.traj))
+    traj, rnd, depth = events.traj[order], events.round[order], events.depth[order]
+    step, accepted = events.step[order], events.accepted[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (traj[1:] != traj[:-1]) | (rnd[1:] != rnd[:-1])
+    starts = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = first[1:]
+    root = step - depth                                     # the step a round started from, per event
+    if not (np.array_equal(depth, np.arange(len(order)) - starts + 1) and np.array_equal(root, root[starts])
+            and accepted[~last].all()):
+        raise DefectError("the run breaks Algorithm 1: a round whose depths are not 1, 2, ... on consecutive steps, "
+                          "or that went on after a rejection")
+    rounds = np.bincount(traj[first], minlength=n)
+    counted = np.zeros(n, dtype=np.int64)
+    np.maximum.at(counted, traj, rnd + 1)
+    blocks = len(stochastic_blocks(stochastic))
+    root_calls = rounds if result.protocol["prefetch"] == "none" else np.full(n, blocks)
+    if not (np.array_equal(_host(result.rounds), rounds) and np.array_equal(counted, rounds)
+            and np.array_equal(_host(result.root_calls), root_calls)
+            and np.array_equal(_host(result.nfe), rounds + root_calls)):
+        raise DefectError("the run breaks Algorithm 1: its counters (rounds, root calls, target calls) are not "
+                          "those its verifications show")

@@ -254,6 +254,8 @@ def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, n_traj: int, seed
     description comes from here, only the rule's name from ``raw``. Malformed raw outputs raise
     ValueError."""
     result, declared = run_from_raw(raw)
+    if result.protocol["prefetch"] != proto.prefetch:
+        raise ValueError(f"prefetch {result.protocol['prefetch']!r}, the cell asked for {proto.prefetch!r}")
     schedule = proto.schedule()
     name = raw.get("rule")
     if not isinstance(name, str) or not 0 < len(name) <= 200:

@@ -90,6 +90,24 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
 
 
+def model_schedule(cfg: E2EConfig) -> "Schedule":
+    """The schedule a cell of ``cfg`` runs, from the model's preset (steps, shift, grid) and
+    ``cfg`` alone, no weights loaded: what :func:`draw_e2e` builds with the loaded model."""
+    if cfg.model not in MODELS:
+        raise InputError(f"unknown model {cfg.model!r}; choose from {MODELS}")
+    if cfg.model.startswith("digits"):
+        steps, shift, diffusers_grid = 100, 1.0, False
+    elif cfg.model.startswith("edm"):
+        from speccheck.targets.edm import EDM_PRESETS
+
+        steps, shift, diffusers_grid = EDM_PRESETS[cfg.model].steps, 1.0, False
+    else:
+        from speccheck.targets.sd3 import SD3_PRESETS
+
+        steps, shift, diffusers_grid = SD3_PRESETS["sd35-medium"].steps, SD3_PRESETS["sd35-medium"].shift, True
+    return make_schedule(cfg.steps or steps, cfg.eps, shift if cfg.shift is None else cfg.shift, diffusers_grid)
+
+
 def load_model(cfg: E2EConfig) -> LoadedModel:
     """The target and its defaults (grid, steps, natural freeze) for ``cfg.model``."""
     if cfg.model not in MODELS:
@@ -334,19 +352,28 @@ def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
         raise ValueError("e2e raw outputs: expected a table")
     _check_described(report)
     result, declared = run_from_raw(raw.get("run"))
-    stochastic = np.asarray(raw.get("stochastic"))
-    steps = stochastic.shape[0] if stochastic.ndim == 1 else -1
-    if not (1 <= steps <= 10_000 and steps == (cfg.steps or steps)):
-        raise ValueError(f"e2e raw outputs: stochastic must be a step mask of {cfg.steps or '2 to 10000'} steps")
+    stochastic = np.asarray(model_schedule(cfg).stochastic, dtype=bool)  # the judge's own schedule
+    if not np.array_equal(np.asarray(raw.get("stochastic")), stochastic):
+        raise ValueError(f"e2e raw outputs: the stochastic steps are not those of the cell's schedule "
+                         f"({int(stochastic.sum())} of {stochastic.size})")
+    if result.protocol["prefetch"] != cfg.prefetch:
+        raise ValueError(f"e2e raw outputs: prefetch {result.protocol['prefetch']!r}, the cell asked for "
+                         f"{cfg.prefetch!r}")
     tree = judged_tree(cfg, chained=len(result.events) > 0 and bool((result.events.K == 1).all()))
-    if raw.get("tree_L") != tree.L:
-        raise ValueError(f"e2e raw outputs: tree_L {raw.get('tree_L')!r} is not the depth {tree.L} of {tree.name}")
+    if raw.get("tree_L") != tree.L or report["protocol"]["tree"]["tree"] != tree.name:
+        raise ValueError(f"e2e raw outputs: tree {report['protocol']['tree']['tree']!r} of depth "
+                         f"{raw.get('tree_L')!r} is not the cell's {tree.name}")
     check_run(result, declared, stochastic, n_traj=cfg.samples, tree_L=tree.L, width=tree.max_K)
     summary = summarize_declared(result, declared, stochastic, tree.L)
     level = exactness_level(cfg)
     checks = {}
     if cfg.innovation:
-        inn = innovation_tests(raw.get("innovation") or {}, alpha=level, label=f"({cfg.model})",
+        innovation = raw.get("innovation")
+        if not isinstance(innovation, dict):
+            raise ValueError("e2e raw outputs: no innovations")
+        if not np.array_equal(np.asarray(innovation.get("depth")), commit_depths(result, stochastic)):
+            raise ValueError("e2e raw outputs: the innovations' commit depths are not the run's")
+        inn = innovation_tests(innovation, alpha=level, label=f"({cfg.model})",
                                shape=(cfg.samples, result.n_stochastic), max_depth=tree.L)
         checks["innovation"] = {
             "ran": len(inn) > 0, "passed": all(r.passed for r in inn), "n_tests": len(inn),
@@ -359,6 +386,8 @@ def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
                 or x_std.dtype != np.float64 or not (np.isfinite(x).all() and np.isfinite(x_std).all()):
             raise ValueError(f"e2e raw outputs: x and x_std must be finite float64 [{cfg.samples}, D] arrays, got "
                              f"{x.shape} and {x_std.shape}")
+        if x.shape[1] != math.prod(report.get("state_shape") or [0]) or np.array_equal(x, x_std):
+            raise ValueError("e2e raw outputs: x and x_std must have the state's size and come from two runs")
         ts = energy_distance_test(torch.from_numpy(x), torch.from_numpy(x_std), cfg.n_perm,
                                   seeded_generator(cfg.seed + 3))
         ts.update(level=level, ran=True, passed=bool(ts["p_value"] >= level), n_at_least_2000=cfg.samples >= 2000)
@@ -368,6 +397,17 @@ def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
     return {"config": asdict(cfg), **{k: described.pop(k) for k in _DESCRIBED[:5] if k in described},
             "summary": summary, "standard_nfe": described.pop("standard_nfe", None), "exactness": checks,
             "exact": verdict(checks), **described}
+
+
+def commit_depths(result: Any, stochastic: np.ndarray) -> np.ndarray:
+    """[n, S] the depth in its round at which each trajectory committed each of the S stochastic
+    steps, from the run's events (one per trajectory and stochastic step, checked by
+    :func:`speccheck.sampler.analysis.check_run`)."""
+    events = result.events
+    column = np.cumsum(stochastic) - 1                      # step -> index among the stochastic steps
+    depths = np.zeros((result.nfe.numel(), int(stochastic.sum())), dtype=np.int64)
+    depths[events.traj, column[events.step]] = events.depth
+    return depths
 
 
 def judged_tree(cfg: E2EConfig, *, chained: bool) -> "DraftTree":

@@ -115,3 +115,24 @@ def test_a_malformed_message_is_refused_never_interpreted(monkeypatch, header, m
         send.send_bytes(part)
     with pytest.raises(ValueError, match=pattern):
         isolation._recv(receive)
+
+
+@pytest.mark.parametrize("message, pattern", [([1, 2], "a list, not a message"),
+                                              ("text", "a str, not a message")])
+def test_a_message_that_is_not_a_table_is_refused(monkeypatch, message, pattern):
+    """Whatever the worker's first message decodes to, anything but a table is no result."""
+    from speccheck import isolation
+
+    monkeypatch.setattr(isolation, "_recv", lambda conn: message)
+    with pytest.raises(errors.IsolatedCodeError, match=f"unreadable message.*{pattern}"):
+        run_isolated(f"{J}:ok", {}, timeout=20.0)
+
+
+def test_a_deeply_nested_message_is_refused(monkeypatch):
+    from speccheck import isolation
+
+    def deep(conn):
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+    monkeypatch.setattr(isolation, "_recv", deep)
+    with pytest.raises(errors.IsolatedCodeError, match="unreadable message.*recursion"):
+        run_isolated(f"{J}:ok", {}, timeout=20.0)

@@ -35,3 +35,24 @@ def test_bad_arguments():
         run_trajectory_checks("dgrs", n_traj=5)
     with pytest.raises(ValueError):
         run_trajectory_checks("dgrs", alpha=0.0)
+
+
+def test_innovation_tests_refuse_malformed_innovations():
+    """innovation_tests judges arrays sent from another process: empty, misshapen, non-finite or
+    out-of-range inputs are ValueError, never a division by zero or a silent pass."""
+    import numpy as np
+
+    from speccheck.validation.trajectory import innovation_tests
+
+    rng = np.random.default_rng(0)
+    good = {"xi": rng.standard_normal((30, 4, 3)), "depth": np.ones((30, 4), dtype=np.int64),
+            "proj_state": rng.standard_normal((30, 4)), "proj_velocity": rng.standard_normal((30, 4))}
+    assert innovation_tests(good, alpha=1e-3, shape=(30, 4), max_depth=2)
+    for bad, pattern in [({"xi": good["xi"][:, :, :0]}, "expected"), ({"xi": np.zeros((0, 0, 0))}, "expected"),
+                         ({"depth": good["depth"] + 5}, "commit depths outside"),
+                         ({"proj_state": np.full((30, 4), np.nan)}, "non-finite"),
+                         ({"depth": good["depth"][:, :2]}, "expected xi")]:
+        with pytest.raises(ValueError, match=pattern):
+            innovation_tests({**good, **bad}, alpha=1e-3, shape=(30, 4), max_depth=2)
+    with pytest.raises(ValueError, match="expected .30, 5, d."):
+        innovation_tests(good, alpha=1e-3, shape=(30, 5))

@@ -211,28 +211,37 @@ def test_a_cell_is_judged_from_its_raw_outputs_and_refused_when_malformed(digits
     cases = [
         (bad(x_std=raw["x_std"][:-1]), "x and x_std must be finite float64"),
         (bad(innovation={**raw["innovation"], "xi": np.full_like(raw["innovation"]["xi"], np.nan)}), "non-finite"),
-        (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"][:, :-1]}), "expected xi [n, S, d]"),
+        (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"][:, :-1]}), "not the run's"),
         (bad(run={**run, "counters": {**run["counters"], "n_accepted": run["counters"]["n_accepted"] + 1}}),
          "n_accepted disagrees"),
-        (bad(stochastic=np.ones(3, dtype=bool)), "stochastic must be a step mask of 16 steps"),
-        (bad(stochastic=np.zeros(16, dtype=bool)), "is not the schedule's"),
-        (bad(tree_L=0), "tree_L 0 is not the depth 3"),
-        (bad(tree_L=10**13), "tree_L 10000000000000 is not the depth 3"),
+        (bad(stochastic=np.ones(3, dtype=bool)), "not those of the cell's schedule"),
+        (bad(stochastic=np.ones(16, dtype=bool)), "not those of the cell's schedule"),
+        (bad(tree_L=0), "of depth 0 is not the cell's uniform"),
+        (bad(tree_L=10**13), "of depth 10000000000000 is not"),
+        (bad(innovation={**raw["innovation"], "depth": np.zeros_like(raw["innovation"]["depth"])}),
+         "commit depths are not the run's"),
+        (bad(x_std=raw["x"]), "come from two runs"),
+        (bad(x=raw["x"][:, :5], x_std=raw["x_std"][:, :5]), "come from two runs"),
+        (bad(run={**run, "prefetch": "none"}), "prefetch 'none', the cell asked for"),
         (bad(innovation={**raw["innovation"], "xi": raw["innovation"]["xi"][:, :, :0]}), "expected [100, 14, d]"),
-        (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"] + 5}), "commit depths outside"),
+        (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"] + 5}), "not the run's"),
 
         ("not a table", "expected a table"),
     ]
     for tampered, pattern in cases:
         out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": report, "raw": tampered})
         assert out["error_kind"] == "cannot-run" and out["exact"] is None and pattern in out["error"], out
+    tree = {**report["protocol"]["tree"], "tree": "chain(L=3)"}  # the child naming another tree than it ran
+    renamed = {**report, "protocol": {**report["protocol"], "tree": tree}}
+    out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": renamed, "raw": raw})
+    assert out["exact"] is None and "is not the cell's uniform" in out["error"], out
     for described in ({**report, "protocol": None}, {**report, "wall_s_standard": "soon"}):
         out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": described, "raw": raw})
         assert out["error_kind"] == "cannot-run" and "e2e report:" in out["error"], out
     assert e2e.grid_exit_code([out]) == 2
     inflated = bad(run={**run, "counters": {**run["counters"], "nfe": 0 * run["counters"]["nfe"]}})
     out = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": report, "raw": inflated})  # breaks Algorithm 1: a defect
-    assert out["error_kind"] == "defect" and out["exact"] is False and "nfe = rounds" in out["error"], out
+    assert out["error_kind"] == "defect" and out["exact"] is False and "target calls) are not" in out["error"], out
     defect = e2e.judge_e2e_cell(cfg, {"cell": 0, "report": {"error": "RuntimeError: x", "error_kind": "defect"}})
     assert defect["exact"] is False and e2e.grid_exit_code([defect]) == 1
 
