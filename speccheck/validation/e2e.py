@@ -90,6 +90,13 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
 
 
+def cell_schedule(cfg: E2EConfig, model: LoadedModel) -> "Schedule":
+    """The schedule a cell of ``cfg`` runs on ``model``: its steps, shift and grid unless ``cfg``
+    sets them."""
+    shift = model.shift if cfg.shift is None else cfg.shift
+    return make_schedule(cfg.steps or model.steps, cfg.eps, shift, model.diffusers_grid)
+
+
 def model_schedule(cfg: E2EConfig) -> "Schedule":
     """The schedule a cell of ``cfg`` runs, from the model's preset (steps, shift, grid) and
     ``cfg`` alone, no weights loaded: what :func:`draw_e2e` builds with the loaded model."""
@@ -246,8 +253,9 @@ def run_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
             log: Optional[Callable[[str], None]] = None) -> dict:
     """One end-to-end cell; returns a JSON-friendly report (see module docstring): the report of
     :func:`judge_e2e` on :func:`draw_e2e`'s outputs, both in this process."""
+    model = model or load_model(validate_config(cfg))
     report, raw = draw_e2e(cfg, model, log)
-    return judge_e2e(cfg, report, raw)
+    return judge_e2e(cfg, report, raw, stochastic=cell_schedule(cfg, model).stochastic)
 
 
 def draw_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
@@ -267,9 +275,7 @@ def draw_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
     validate_config(cfg)
     log = log or (lambda m: None)
     model = model or load_model(cfg)
-    steps = cfg.steps or model.steps
-    shift = model.shift if cfg.shift is None else cfg.shift
-    schedule = make_schedule(steps, cfg.eps, shift, model.diffusers_grid)
+    schedule = cell_schedule(cfg, model)
     verifier = resolve_verifier(cfg.verifier)
     tree = build_tree(cfg, verifier)
     freeze = cfg.freeze or model.freeze
@@ -340,11 +346,13 @@ def draw_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
     return report, raw
 
 
-def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
+def judge_e2e(cfg: E2EConfig, report: dict, raw: dict, *, stochastic: Optional[np.ndarray] = None) -> dict:
     """The statistics half of :func:`run_e2e`, from :func:`draw_e2e`'s raw outputs alone (no model,
     no verifier): the summary (speed-up, NFE, calibration z, predicted NFE), the exactness tests
     at level alpha / m each and the verdict, added to ``report`` (whose ``config`` is set to
-    ``cfg``'s). Malformed raw outputs raise ValueError."""
+    ``cfg``'s). The run is checked against the schedule's ``stochastic`` steps (default: those of
+    :func:`model_schedule`, the model's preset). Malformed raw outputs raise ValueError; a run
+    that breaks Algorithm 1, :class:`~speccheck.errors.DefectError`."""
     from speccheck.sampler.analysis import check_run, run_from_raw, summarize_declared
     from speccheck.validation.trajectory import innovation_tests
 
@@ -352,7 +360,7 @@ def judge_e2e(cfg: E2EConfig, report: dict, raw: dict) -> dict:
         raise ValueError("e2e raw outputs: expected a table")
     _check_described(report)
     result, declared = run_from_raw(raw.get("run"))
-    stochastic = np.asarray(model_schedule(cfg).stochastic, dtype=bool)  # the judge's own schedule
+    stochastic = np.asarray(model_schedule(cfg).stochastic if stochastic is None else stochastic, dtype=bool)
     if not np.array_equal(np.asarray(raw.get("stochastic")), stochastic):
         raise ValueError(f"e2e raw outputs: the stochastic steps are not those of the cell's schedule "
                          f"({int(stochastic.sum())} of {stochastic.size})")

@@ -269,3 +269,17 @@ def test_every_sampler_mutant_is_not_exact_end_to_end(digits_edm):
         assert out["exact"] is False, (name, out.get("error"), out.get("exactness"))
         errors[name] = out.get("error", "")
     assert "breaks Algorithm 1" in errors["extra-commit"]
+
+
+def test_the_judge_knows_the_schedule_without_the_weights(digits_edm):
+    """model_schedule (the judging process's, from the preset) is the schedule the loaded model
+    runs; a model of your own with other defaults is judged on its own schedule in run_e2e."""
+    from dataclasses import replace
+
+    for model in ("digits-edm", "digits-flow"):
+        cfg = _cfg(model=model, steps=None)
+        want = e2e.cell_schedule(cfg, e2e.load_model(cfg)).stochastic
+        assert (e2e.model_schedule(cfg).stochastic == want).all()
+    mine = replace(digits_edm, steps=12)  # a model whose default grid is not the preset's
+    report = e2e.run_e2e(_cfg(steps=None, samples=60, two_sample=False), mine)
+    assert report["exact"] is not None and report["standard_nfe"]["total"] == 12
