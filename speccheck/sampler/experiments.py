@@ -234,15 +234,14 @@ def cell_raw(proto: Protocol, verifier: object, K: int, L: int, n_traj: int, see
              max_nodes: int = 400_000, device: str | torch.device = "cpu") -> dict:
     """The half of a one-cell :func:`run_cells` that runs the verifier: the same run, returned
     raw (:func:`speccheck.sampler.analysis.run_raw`: counters, events and the verifier's declared
-    acceptance per event) with the cell's ``rule``, ``tree``, ``tree_L``, ``B`` and
-    ``rows_per_round``. :func:`summarize_cell` computes the summary from it, in any process."""
+    acceptance per event) with the rule's name and the tree's depth ``tree_L`` (the judge builds
+    the tree itself). :func:`summarize_cell` computes the summary from it, in any process."""
     _check_cells(K, [L], n_traj, seed, max_nodes)
     rule = resolve_verifier(verifier)
     _, (tree,), chunks = _run_batch(proto, rule, K, [L], n_traj, seed, max_nodes, device, record=False)
     parts = [run_raw(result, declared_acceptance(result, rule)) for _, result in chunks]
     raw = parts[0] if len(parts) == 1 else join_raw(parts)
-    return {**raw, "rule": verifier_name(rule), "tree": tree.name, "tree_L": int(tree.L), "B": int(tree.budget),
-            "rows_per_round": int(tree.rows(proto.leaves))}
+    return {**raw, "rule": verifier_name(rule), "tree_L": int(tree.L)}
 
 
 def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, n_traj: int, seed: int) -> tuple[dict, dict]:

@@ -147,7 +147,7 @@ def merge_chunks(proto: Protocol, rule: str, K: int, L: int, chunks: Sequence[di
 
     if not chunks:
         raise InputError(f"sweep cell {rule} K={K} L={L}: no chunks to merge")
-    fields = ("rule", "tree", "tree_L", "B", "rows_per_round")
+    fields = ("rule", "tree_L")
     try:
         if any(chunk.get(name) != chunks[0].get(name) for chunk in chunks for name in fields):
             raise ValueError(f"the chunks differ in {fields}")

@@ -197,8 +197,7 @@ def sweep_chunk(unit: Unit) -> dict:
     x0 = torch.randn(count, target.d, generator=gen, dtype=torch.float64)
     result = sampler.run(x0, gen, depth_cap=torch.full((count,), tree.L, dtype=torch.long))
     return plain({**run_raw(result, declared_acceptance(result, rule)), "rule": verifier_name(rule),
-                  "tree": tree.name, "tree_L": int(tree.L), "B": int(tree.budget),
-                  "rows_per_round": int(tree.rows(proto.leaves))})
+                  "tree_L": int(tree.L)})
 
 
 def calibration_seed(unit: Unit) -> dict:
