@@ -33,6 +33,12 @@ def test_registry_entries_are_complete():
         assert artefact.summary and not artefact.summary.endswith(":"), name
 
 
+def test_battery_artefacts_cover_every_built_in_rule():
+    from speccheck.verifiers.registry import BUILTIN
+
+    assert rp.BUILTIN_RULES == tuple(BUILTIN)
+
+
 def test_list_names_every_artefact(capsys):
     args = _parser().parse_args(["reproduce", "--list"])
     assert args.func(args) == 0

@@ -103,17 +103,18 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
     plan = plan_battery(fresh_verifier(v), st, layers=lay, Ks=Ks, scale=scale)
     check_evidence(plan, st, contract, trajectory or [], Ks)
     alpha_t = per_test_alpha(plan, trajectory or [], alpha)
-    cells, screens = [], {}
+    cells, continuous_raw = [], {}
     for cell in battery_cells(plan):
         results, raw = cell_results(cell, plan, alpha_t)
         cells.append(results)
         if cell[0] == "L5" and raw is not None:
-            screens[int(cell[1])] = continuous.screen_of(raw, int(cell[1]))
+            continuous_raw[int(cell[1])] = raw
     rep = assemble_report(plan, st, base=base, alpha=alpha, device=str(dev), scale=scale, contract=contract,
                           trajectory=trajectory, cells=cells)
     rep.notes += suite_notes
     failed_stat = failures_to_localise(rep)
     if failed_stat and localise_failures:
+        screens = {K: continuous.screen_of(raw, K) for K, raw in continuous_raw.items()}
         rep.localisations, notes = localise_report(fresh_verifier(v), st, plan, failed_stat, screens, base=base,
                                                    alpha=alpha, alpha_t=alpha_t, device=dev, scale=scale,
                                                    heartbeat=beat)
