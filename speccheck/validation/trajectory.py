@@ -116,8 +116,9 @@ def innovation_tests(raw: dict, *, alpha: float, label: str = "", shape: Optiona
                      max_depth: Optional[int] = None) -> list[TestResult]:
     """The statistics of :func:`innovation_checks` from :func:`innovation_raw`'s arrays alone (no
     model, no verifier). Malformed arrays raise ValueError: shapes that disagree or are empty
-    (xi [n, S, d] with d >= 1; [n, S] = ``shape`` when given), non-finite values, depths outside
-    [0, ``max_depth``]."""
+    (xi [n, S, d] with d >= 1; [n, S] = ``shape`` when given), depths outside [0, ``max_depth``].
+    Non-finite values are the run's own defect, not malformed evidence: a failed test, "finite
+    values", counting the trajectories that hold one (p = 0); the other tests use the rest."""
     if not isinstance(raw, dict):
         raise ValueError("innovations: expected a table")
     xi = np.asarray(raw.get("xi"))
@@ -131,18 +132,25 @@ def innovation_tests(raw: dict, *, alpha: float, label: str = "", shape: Optiona
     if xi.size == 0 or (shape is not None and tuple(xi.shape[:2]) != tuple(shape)):
         want = f"{shape[0]}, {shape[1]}" if shape is not None else "n, S"
         raise ValueError(f"innovations: xi {xi.shape}, expected [{want}, d] with n, S, d >= 1")
-    if not (np.isfinite(xi).all() and all(np.isfinite(proj).all() for proj in projections.values())):
-        raise ValueError("innovations: non-finite values")
     if depth.min() < 0 or (max_depth is not None and depth.max() > max_depth):
         raise ValueError(f"innovations: commit depths outside [0, {max_depth if max_depth is not None else 'inf'}]")
+    rows = []
+    finite = (np.isfinite(xi).all(axis=2) & np.logical_and.reduce([np.isfinite(p) for p in projections.values()])
+              ).all(axis=1)
+    if not finite.all():  # an exact chain never leaves the reals: the run itself is the defect
+        diverged = int((~finite).sum())
+        rows.append((f"innovation{label}[all] finite values", "innovation finite values", "all", diverged, 0.0,
+                     {"count": int(xi.shape[0]), "non_finite_trajectories": diverged}))
+        xi, depth = xi[finite], depth[finite]          # the other tests on the trajectories that stayed finite
+        projections = {name: proj[finite] for name, proj in projections.items()}
     d = xi.shape[2]
     strata: dict = {}
     for level in np.unique(depth).tolist():
         in_level = depth == level
         key = f"depth{level}" if int(in_level.sum()) >= MIN_STRATUM else "rare"
         strata[key] = strata.get(key, np.zeros_like(in_level)) | in_level
-    strata["all"] = np.ones_like(depth, dtype=bool)
-    rows = []
+    if depth.size:
+        strata["all"] = np.ones_like(depth, dtype=bool)
     for key, in_stratum in strata.items():
         x = xi[in_stratum]                                   # [count, d]
         count = x.shape[0]

@@ -50,9 +50,32 @@ def test_innovation_tests_refuse_malformed_innovations():
     assert innovation_tests(good, alpha=1e-3, shape=(30, 4), max_depth=2)
     for bad, pattern in [({"xi": good["xi"][:, :, :0]}, "expected"), ({"xi": np.zeros((0, 0, 0))}, "expected"),
                          ({"depth": good["depth"] + 5}, "commit depths outside"),
-                         ({"proj_state": np.full((30, 4), np.nan)}, "non-finite"),
                          ({"depth": good["depth"][:, :2]}, "expected xi")]:
         with pytest.raises(ValueError, match=pattern):
             innovation_tests({**good, **bad}, alpha=1e-3, shape=(30, 4), max_depth=2)
     with pytest.raises(ValueError, match="expected .30, 5, d."):
         innovation_tests(good, alpha=1e-3, shape=(30, 5))
+
+
+def test_non_finite_innovations_are_the_runs_defect():
+    """A trajectory that left the reals (a verifier that diverges) is a failed test of the run, not
+    malformed evidence: "finite values" fails with the number of such trajectories, the other
+    tests judge the rest."""
+    import numpy as np
+
+    from speccheck.validation.trajectory import innovation_tests
+
+    rng = np.random.default_rng(0)
+    good = {"xi": rng.standard_normal((30, 4, 3)), "depth": np.ones((30, 4), dtype=np.int64),
+            "proj_state": rng.standard_normal((30, 4)), "proj_velocity": rng.standard_normal((30, 4))}
+    xi = good["xi"].copy()
+    xi[3, 1, 0], xi[7, 2, 2] = np.inf, np.nan
+    proj_state = good["proj_state"].copy()
+    proj_state[9, 0] = np.nan
+    results = innovation_tests({**good, "xi": xi, "proj_state": proj_state}, alpha=1e-3, shape=(30, 4))
+    finite = [r for r in results if r.test == "innovation finite values"]
+    assert len(finite) == 1 and not finite[0].passed and finite[0].statistic == 3
+    others = [r for r in results if r.test != "innovation finite values"]
+    assert others and all(r.passed and r.n == 27 * 4 for r in others if r.cell.endswith("[all]"))
+    every = innovation_tests({**good, "xi": np.full_like(xi, np.nan)}, alpha=1e-3)
+    assert [r.test for r in every] == ["innovation finite values"] and every[0].statistic == 30

@@ -145,6 +145,18 @@ def test_trajectory_layer_runs_and_kills_a_sampler_mutant():
     assert all(not r.passed for r in reps.values())
 
 
+def test_a_trajectory_that_leaves_the_reals_is_a_defect_not_a_refusal():
+    """dgrs-G_prev_lambda drives one gate trajectory of the Gaussian target to inf: the trajectory
+    layer judges that as a failed "finite values" test (a killed mutant), never as malformed
+    raw outputs (no verdict), and still judges the other trajectories."""
+    from speccheck.validation.mutants import mutant_factories
+
+    rep = run_battery(mutant_factories()["dgrs-G_prev_lambda"](), "gate", layers=["L4"])
+    failed = {(r.cell, r.test) for r in rep.results if not r.passed}
+    assert ("traj:gaussian[all]", "innovation finite values") in failed, format_report(rep, only_failures=True)
+    assert any(cell.startswith("traj:mixture") for cell, _ in failed)
+
+
 def test_run_mutants_rejects_unknown_names(tiny):
     from speccheck.validation.mutants import run_mutants
 

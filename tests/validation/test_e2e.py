@@ -204,13 +204,14 @@ def test_a_cell_is_judged_from_its_raw_outputs_and_refused_when_malformed(digits
     assert claimed == judged  # a report's own verdict or statistics are never read
     shifted = {**raw, "innovation": {**raw["innovation"], "xi": raw["innovation"]["xi"] + 0.5}}
     assert e2e.judge_e2e(cfg, report, shifted)["exact"] is False
+    diverged = {**raw, "innovation": {**raw["innovation"], "xi": np.full_like(raw["innovation"]["xi"], np.nan)}}
+    assert e2e.judge_e2e(cfg, report, diverged)["exact"] is False  # a run that left the reals is a defect
 
     def bad(**changes):
         return {**raw, **changes}
     run = raw["run"]
     cases = [
         (bad(x_std=raw["x_std"][:-1]), "x and x_std must be finite float64"),
-        (bad(innovation={**raw["innovation"], "xi": np.full_like(raw["innovation"]["xi"], np.nan)}), "non-finite"),
         (bad(innovation={**raw["innovation"], "depth": raw["innovation"]["depth"][:, :-1]}), "not the run's"),
         (bad(run={**run, "counters": {**run["counters"], "n_accepted": run["counters"]["n_accepted"] + 1}}),
          "n_accepted disagrees"),
