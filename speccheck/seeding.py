@@ -96,3 +96,22 @@ def pinned_global_rngs(seed: int, device: Union[str, torch.device] = "cpu") -> I
             torch.cuda.set_rng_state_all(cuda_state)
         np.random.set_state(numpy_state)
         random.setstate(python_state)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the body on one torch thread and one BLAS thread (restored after).
+
+    A multi-threaded reduction sums in an order set by the thread count, so a dot product of
+    20 000 rows can differ in its last bit between a two-thread parent process and a one-thread
+    Dask worker. Statistics judged inside this context are bit-identical whichever process
+    computes them."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(before)

@@ -45,3 +45,23 @@ def test_generator_is_seeded_and_checked():
     for bad in (-1, MAX_SEED + 1, 1.0, True, "1"):
         with pytest.raises(InputError, match="seed must be an integer"):
             generator(bad)
+
+
+def test_one_thread_pins_torch_and_blas_and_restores_them():
+    """Judging runs on one torch and one BLAS thread, so a reduction sums in one order whichever
+    process judges (a two-thread parent, a one-thread Dask worker); the caller's settings come back."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from speccheck.seeding import one_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread():
+            assert torch.get_num_threads() == 1
+            assert all(pool["num_threads"] == 1 for pool in threadpool_info() if pool["user_api"] == "blas")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+

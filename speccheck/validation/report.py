@@ -191,7 +191,13 @@ _SHORT = {
     "L3 mmd": "mmd", "L4 contract": "L4c", "L4 innovation": "innov", "L4 chain-law steps": "chain",
     "L4 chain-law transitions": "trans", "L0 contract": "L0c", "L5 contract": "L5c", "L5 pit-ks": "pit",
     "L5 acceptance<=list-bound": "cbound", "L5 acceptance=declared": "cacc", "L1 tails": "tails",
+    "L6 contract": "L6c", "L6 pit-ks": "spit", "L6 acceptance=declared": "sacc", "L6 independent rows": "indep",
+    "L6 shift": "shift", "L6 slope on delta": "slope",
 }
+#: the sequence layer's tests, by the start of their names, in families
+_SEQUENCE_FAMILIES = (("pit-ks", "L6 pit-ks"), ("acceptance=declared", "L6 acceptance=declared"),
+                      ("independent rows", "L6 independent rows"), ("mean(s_out - delta)", "L6 shift"),
+                      ("shift proportional", "L6 shift"), ("s_out - delta on delta", "L6 slope on delta"))
 
 
 def test_family(r: TestResult) -> str:
@@ -204,6 +210,8 @@ def test_family(r: TestResult) -> str:
         if r.test.startswith("chain-law transitions"):
             return "L4 chain-law transitions"
         return f"L4 {r.test.split()[0]}"
+    if r.layer == "L6":
+        return next((family for start, family in _SEQUENCE_FAMILIES if r.test.startswith(start)), f"L6 {r.test}")
     if r.test.startswith("tails"):
         return "L1 tails"
     return f"{r.layer} {r.test}"
@@ -224,7 +232,7 @@ def kill_matrix(reports: dict[str, BatteryReport]) -> tuple[list[str], dict[str,
                 fams.append(f)
             row[f] = row.get(f, False) or not r.passed
         mat[name] = row
-    order = {"L0": 0, "L1": 1, "L2": 2, "L5": 3, "L3": 4, "L4": 5}
+    order = {"L0": 0, "L1": 1, "L2": 2, "L5": 3, "L3": 4, "L4": 5, "L6": 6}
     fams.sort(key=lambda f: (order.get(f.split()[0], 9), f))
     return fams, mat
 

@@ -144,3 +144,24 @@ def test_a_battery_run_parses_its_suite_once_and_callers_get_copies(monkeypatch)
     assert first == second and first is not second
     first.scalar.n = 7
     assert suites.load_suite("smoke").scalar.n == second.scalar.n != 7
+
+
+def test_kill_matrix_groups_the_sequence_layer_into_short_columns():
+    """The sequence layer's many named tests fold into six families with short column names, so
+    a kill-matrix row stays one readable line."""
+    from speccheck.validation.report import kill_matrix, test_family
+
+    names = ["pit-ks all rows", "pit-ks calls of B <= 16", "acceptance=declared, K = 1 calls at delta = 0.005",
+             "independent rows (adjacent pairs)", "mean(s_out - delta)", "shift proportional to delta (delta <= 0.1)",
+             "s_out - delta on delta within mixed calls", "contract:finite"]
+    results = [TestResult("one instance, mixed calls", n, 0.0, 1e-3, 0.5, math.nan, 10, layer="L6",
+                          passed=n != "mean(s_out - delta)") for n in names]
+    assert {test_family(r) for r in results} == {"L6 pit-ks", "L6 acceptance=declared", "L6 independent rows",
+                                                 "L6 shift", "L6 slope on delta", "L6 contract"}
+    rep = BatteryReport(verifier="m", suite="s", seed=1, device="cpu", family_alpha=1e-3, per_test_alpha=1e-4,
+                        results=results)
+    fams, mat = kill_matrix({"m": rep})
+    assert mat["m"]["L6 shift"] and not mat["m"]["L6 pit-ks"]
+    header = format_kill_matrix({"m": rep}).splitlines()[0]
+    assert sorted(header.split()) == sorted(["mutant", "L6c", "sacc", "indep", "spit", "shift", "slope", "killed"])
+

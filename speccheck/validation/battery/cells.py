@@ -14,7 +14,7 @@ from scipy import stats as sstats
 
 from speccheck.errors import DeviceError, InputError
 from speccheck.seeding import generator as make_generator
-from speccheck.seeding import pinned_global_rngs, unit_seed
+from speccheck.seeding import one_thread, pinned_global_rngs, unit_seed
 from speccheck.validation import continuous, device_stats, sequence
 from speccheck.validation.battery.plan import _Plan, _plan_of
 from speccheck.validation.contract import (
@@ -392,7 +392,8 @@ def judge_cell(suite: Suite, cell: tuple, contract: list[TestResult], raw: dict 
                                   "no verdict")
         return list(contract)
     try:
-        return list(contract) + _judge(suite, cell, raw, plan=plan, base=base, alpha_t=alpha_t, scale=scale)
+        with one_thread():  # the same bits in every judging process (a parent, a Dask worker)
+            return list(contract) + _judge(suite, cell, raw, plan=plan, base=base, alpha_t=alpha_t, scale=scale)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise FileFormatError(f"battery cell {cell!r}: malformed raw outputs ({type(exc).__name__}: {exc}); "
                               "no verdict") from None
