@@ -64,4 +64,3 @@ def test_one_thread_pins_torch_and_blas_and_restores_them():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-
