@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from speccheck.errors import DefectError
 from speccheck.sampler.core import PREFETCH_MODES, EventLog, SamplerResult
 
 _FAST_CLOSED_FORM = ("rmc", "dgrs")
@@ -357,7 +358,7 @@ BOUND_SLACK = 1e-4
 
 
 def check_run(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarray, *, n_traj: int, tree_L: int,
-              width: int) -> None:
+              width: int, prefetch: str) -> None:
     """What every run of Algorithm 1 with ``n_traj`` trajectories on a schedule with the stochastic
     steps ``stochastic`` and a tree of depth ``tree_L`` and ``width`` children per node obeys,
     checked on a run rebuilt by :func:`run_from_raw` (ValueError naming the first that fails):
@@ -366,15 +367,16 @@ def check_run(result: SamplerResult, declared: np.ndarray, stochastic: np.ndarra
     distinct and at stochastic steps); nfe = rounds + root_calls with rounds >= 1; event depths in
     [1, tree_L] and K = width; and the declared acceptance a law an exact rule can have, at most
     the i.i.d.-list bound of its (delta, K) (+ :data:`BOUND_SLACK`). A run that is not the one
-    asked for (trajectories, schedule) is ValueError (malformed evidence); one that breaks the
-    rest is :class:`~speccheck.errors.DefectError` (a defect of the code that ran)."""
-    from speccheck.errors import DefectError
+    asked for (trajectories, schedule, ``prefetch`` mode) is ValueError (malformed evidence); one
+    that breaks the rest is :class:`~speccheck.errors.DefectError` (a defect of the code that ran)."""
     from speccheck.theory import list_bound_iid
 
     n = result.nfe.numel()
     mask = np.asarray(stochastic)
     if n != n_traj:
         raise ValueError(f"the run has {n} trajectories, {n_traj} were asked for")
+    if result.protocol["prefetch"] != prefetch:
+        raise ValueError(f"prefetch {result.protocol['prefetch']!r}, the cell asked for {prefetch!r}")
     if mask.ndim != 1 or mask.dtype != bool or int(mask.sum()) != result.n_stochastic or result.n_stochastic < 1:
         raise ValueError(f"n_stochastic {result.n_stochastic} is not the schedule's {int(mask.sum())} (>= 1) "
                          "stochastic steps")
@@ -404,8 +406,6 @@ def _check_accounting(result: SamplerResult, stochastic: np.ndarray) -> None:
     on consecutive steps, every one accepted but possibly the last; rounds = the rounds the events
     show, numbered 0, 1, ...; root_calls = one warm-up per stochastic block (prefetch 'none': one
     per round); nfe = rounds + root_calls. DefectError naming the first that fails."""
-    from speccheck.errors import DefectError
-
     events = result.events
     n = result.nfe.numel()
     order = np.lexsort((events.depth, events.round, events.traj))

@@ -253,8 +253,6 @@ def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, n_traj: int, seed
     description comes from here, only the rule's name from ``raw``. Malformed raw outputs raise
     ValueError."""
     result, declared = run_from_raw(raw)
-    if result.protocol["prefetch"] != proto.prefetch:
-        raise ValueError(f"prefetch {result.protocol['prefetch']!r}, the cell asked for {proto.prefetch!r}")
     schedule = proto.schedule()
     name = raw.get("rule")
     if not isinstance(name, str) or not 0 < len(name) <= 200:
@@ -263,7 +261,8 @@ def summarize_cell(proto: Protocol, raw: dict, K: int, L: int, n_traj: int, seed
     tree = chain(min(_matched_length(K, L, proto), schedule.n_stochastic)) if chained else uniform_tree(K, L)
     if raw.get("tree_L") != tree.L:
         raise ValueError(f"tree_L {raw.get('tree_L')!r} is not the depth {tree.L} of the cell's tree {tree.name}")
-    check_run(result, declared, schedule.stochastic, n_traj=n_traj, tree_L=tree.L, width=tree.max_K)
+    check_run(result, declared, schedule.stochastic, n_traj=n_traj, tree_L=tree.L, width=tree.max_K,
+              prefetch=proto.prefetch)
     cell = {"rule": name, "K": int(K), "L": int(L), "tree": tree.name, "B": int(tree.budget),
             "rows_per_round": int(tree.rows(proto.leaves)), "seed": int(seed)}
     summary = {**cell, **summarize_declared(result, declared, schedule.stochastic, tree.L)}
