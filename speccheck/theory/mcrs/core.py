@@ -50,6 +50,7 @@ from numpy.typing import ArrayLike
 from scipy import optimize, sparse, special
 
 from speccheck.errors import InputError
+from speccheck.theory.exact import DELTA_UNDERFLOW
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.roots import brentq_many
 from speccheck.theory.validate import check_delta, check_K
@@ -665,6 +666,8 @@ def _acceptance_of_policy(delta: float, policy: MCRSPolicy) -> float:
     if d == 0.0:
         # q = phi: int min(phi, phi g(Phi)) = int_0^1 min(1, g) du
         return float(np.sum([_g_mass_min1(policy, j) for j in range(policy.G)]))
+    if d > DELTA_UNDERFLOW:  # every acceptance is < 1e-340 (and delta^2 may overflow): 0 in double
+        return 0.0
     total = 0.0
     for s0, s1, q_above in _pieces(policy, d):
         if q_above:  # q > p: take p's mass

@@ -42,6 +42,7 @@ import numpy as np
 from scipy import optimize, sparse, special
 
 from speccheck.errors import InputError
+from speccheck.theory.exact import DELTA_UNDERFLOW
 from speccheck.theory.mcrs.core import _breakpoints, _log_f, _quadrature, mcrs_edges
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.roots import brentq_many
@@ -289,6 +290,8 @@ def acceptance_of_minmax(delta: float, pol: MinMaxPolicy) -> float:
 def _acceptance_cached(d: float, pol: MinMaxPolicy) -> float:
     if d == 0.0:
         return 1.0 if np.allclose(pol.pi, 1.0 / pol.K) else _acceptance_zero(pol)
+    if d > DELTA_UNDERFLOW:  # every acceptance is < 1e-340 (and delta^2 may overflow): 0 in double
+        return 0.0
     lo = np.maximum(_edge_s(pol.eu[:-1], pol.ey[:-1]), _S_LO)
     hi = np.minimum(_edge_s(pol.eu[1:], pol.ey[1:]), d + _S_HI_PAD)
     live = hi > lo
