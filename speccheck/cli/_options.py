@@ -62,6 +62,29 @@ def check_values(values: Optional[list], option: str) -> Optional[list]:
     return values
 
 
+def parse_range(values: list[str], option: str, high: Optional[int] = None) -> list[int]:
+    """``["1..3", "6"]`` -> ``[1, 2, 3, 6]`` (sorted, unique, each >= 1 and, with ``high``, <= high:
+    checked on the range's ends before it is expanded, so ``1..10**12`` is refused, not built)."""
+    out: list[int] = []
+    for value in values:
+        try:
+            if ".." in value:
+                low, top = (int(x) for x in value.split(".."))
+                if high is not None and top > high:
+                    raise UsageError(f"--{option} must be integers in [1, {high}], got {value!r}")
+                out += list(range(low, top + 1))
+            else:
+                out.append(int(value))
+        except ValueError as exc:
+            if isinstance(exc, UsageError):
+                raise
+            raise UsageError(f"--{option} takes integers or ranges like 1..7, got {value!r}") from None
+    if not out or min(out) < 1 or (high is not None and max(out) > high):
+        allowed = ">= 1" if high is None else f"in [1, {high}]"
+        raise UsageError(f"--{option} must be integers {allowed}, got {values}")
+    return sorted(set(out))
+
+
 def check_seed(seed: Optional[int], option: str = "--seed") -> Optional[int]:
     """None or a seed in [0, 2^63 - 1]."""
     return None if seed is None else check_int(seed, option, 0, MAX_SEED)

@@ -9,7 +9,7 @@ import os
 
 from speccheck.api import THEORY_ALPHA
 from speccheck.cli._executor import add_executor_args, check_name, check_store, show_progress
-from speccheck.cli._options import TIMEOUT_SPEEDUP_S, add_protocol_args, add_timeout, check_timeout
+from speccheck.cli._options import TIMEOUT_SPEEDUP_S, add_protocol_args, add_timeout, check_timeout, parse_range
 from speccheck.errors import EXIT_OK, InputError, UsageError
 
 
@@ -37,23 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_executor_args(p)
     add_timeout(p, "cell (or chunk)", TIMEOUT_SPEEDUP_S)
     p.set_defaults(func=run)
-
-
-def parse_range(values: list[str], option: str) -> list[int]:
-    """``["1..3", "6"]`` -> ``[1, 2, 3, 6]`` (sorted, unique, each >= 1)."""
-    out: list[int] = []
-    for value in values:
-        try:
-            if ".." in value:
-                low, high = value.split("..")
-                out += list(range(int(low), int(high) + 1))
-            else:
-                out.append(int(value))
-        except ValueError:
-            raise InputError(f"--{option} takes integers or ranges like 1..7, got {value!r}") from None
-    if not out or min(out) < 1:
-        raise InputError(f"--{option} must be integers >= 1, got {values}")
-    return sorted(set(out))
 
 
 def parse_cells(values: list[str]) -> list[tuple[int, int]]:

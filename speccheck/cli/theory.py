@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from speccheck.cli._options import MAX_K, check_int, check_ints, check_values
+from speccheck.cli._options import MAX_K, check_int, check_values, parse_range
 from speccheck.cli._output import json_text, progress_bar, progress_wanted
 from speccheck.errors import EXIT_OK, UsageError
 
@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "per cell measured), its certified gap printed as the API returns it; a note "
                                    "names the full-solve call where the gap is above 1e-12.")
     p.add_argument("--delta", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="finite, >= 0")
-    p.add_argument("--K", type=int, nargs="+", default=[1, 2, 4, 8], help=f"draft counts in [1, {MAX_K}]")
+    p.add_argument("--K", nargs="+", default=["1", "2", "4", "8"],
+                   help=f"draft counts in [1, {MAX_K}]: values or ranges like 1..16 (as sweep's --K)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--mcrs", action=argparse.BooleanOptionalAction, default=None,
                    help="compute MCRS values whose policy is not stored (its cold LP takes ~0.1-10 s per "
@@ -37,7 +38,7 @@ def _check(args: argparse.Namespace) -> None:
     for delta in args.delta:
         if not math.isfinite(delta) or delta < 0:
             raise UsageError(f"--delta must be finite and >= 0, got {delta}")
-    check_ints(args.K, "--K", 1, MAX_K)
+    args.K = parse_range(args.K, "K", MAX_K)
     if args.mcrs_G != 0:
         check_int(args.mcrs_G, "--mcrs-G", 2, 1024)
     if len(args.delta) * len(args.K) > 10_000:
