@@ -14,15 +14,15 @@ import numpy as np
 RTOL = 4.0 * np.finfo(np.float64).eps  # brentq's default rtol
 
 
-def brentq_many(f: Callable[[np.ndarray], np.ndarray], xa: np.ndarray, xb: np.ndarray, xtol: float,
-                rtol: float = RTOL, maxiter: int = 100) -> np.ndarray:
+def brentq_many(f: Callable[..., np.ndarray], xa: np.ndarray, xb: np.ndarray, xtol: float,
+                rtol: float = RTOL, maxiter: int = 100, indexed: bool = False) -> np.ndarray:
     """Roots of ``f`` in the brackets [xa_i, xb_i] (f(xa_i), f(xb_i) of opposite signs or zero),
     as ``[brentq(f, a, b, xtol, rtol, maxiter) for a, b in zip(xa, xb)]``. ``f`` maps an array of
     points to their values. Raises ValueError for a NaN value or a bracket without a sign change,
     RuntimeError when a root does not converge in ``maxiter`` steps (as brentq)."""
 
-    def value(x: np.ndarray) -> np.ndarray:
-        fx = np.asarray(f(x), np.float64)
+    def value(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        fx = np.asarray(f(x, idx) if indexed else f(x), np.float64)
         if np.isnan(fx).any():
             raise ValueError("the function value is NaN")
         return fx
@@ -33,7 +33,8 @@ def brentq_many(f: Callable[[np.ndarray], np.ndarray], xa: np.ndarray, xb: np.nd
     out = np.full(n, np.nan)
     if n == 0:
         return out
-    fpre, fcur = value(xpre), value(xcur)
+    every = np.arange(n)
+    fpre, fcur = value(xpre, every), value(xcur, every)
     done = fpre == 0
     out[done] = xpre[done]
     at_b = ~done & (fcur == 0)
@@ -76,7 +77,7 @@ def brentq_many(f: Callable[[np.ndarray], np.ndarray], xa: np.ndarray, xb: np.nd
         xcur = np.where(act, xcur + step, xcur)
         idx = np.flatnonzero(act)
         fcur = fcur.copy()
-        fcur[idx] = value(xcur[idx])
+        fcur[idx] = value(xcur[idx], idx)
     if not done.all():
         raise RuntimeError(f"brentq_many: {int((~done).sum())} roots did not converge in {maxiter} steps")
     return out

@@ -2,6 +2,9 @@
 piece table, the exact acceptance and the checked LP; and MCRS's one policy source (issue 28.3).
 Statistical assertions: fixed seeds, false-failure rate stated per test."""
 
+import csv
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import special
@@ -112,3 +115,36 @@ def test_acceptance_mcrs_is_the_kernels_policy_without_an_lp(monkeypatch):
     assert float(tm.acceptance_mcrs(0.5, 4)) == pytest.approx(0.998605, abs=1e-6)
     assert float(tm.acceptance_mcrs(0.5, 4, G=64)) == float(tm.acceptance_mcrs(0.5, 4))
     assert float(tm.acceptance_mcrs(0.0, 4)) == 1.0
+
+
+GOLDEN_MCRS2 = Path(__file__).resolve().parent / "data" / "mcrs2_acceptance_golden.csv"
+
+
+def test_declared_acceptance_equals_an_independent_mpmath_evaluation():
+    """MCRS-2's declared acceptance (the shipped policies, on grid points and between them) equals
+    research/mcrs2_reference.py's 40-digit evaluation of the same piece tables (different
+    crossing search: extrema of F by its derivative at Chebyshev nodes, bisection; exact
+    antiderivatives) to 1e-10 (measured: <= 1e-15). The 126-point scan it replaces missed close
+    pairs of crossings (K = 3, delta = 0.5: 1.07e-7 too high)."""
+    from speccheck.verifiers.mcrs2 import MCRS2
+
+    with GOLDEN_MCRS2.open() as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    assert len(rows) >= 40
+    v = MCRS2()
+    worst = max(abs(float(v.acceptance(np.array([float(r["delta"])]), int(r["K"]))[0]) - float(r["acceptance"]))
+                for r in rows)
+    assert worst <= 1e-10, worst
+
+
+def test_close_pair_of_crossings_below_a_cell_edge_is_found():
+    """K = 3, delta = 0.5: two crossings ~1e-4 apart just below an edge, where the scan saw none."""
+    import mpmath as mp
+
+    from research.mcrs2_reference import mp_acceptance_of_minmax
+    from speccheck.verifiers.mcrs2 import MCRS2
+
+    pol = MCRS2().policies(np.array([0.5]), 3)[0]
+    with mp.workdps(30):
+        ref = float(mp_acceptance_of_minmax(0.5, pol))
+    assert abs(mm.acceptance_of_minmax(0.5, pol) - ref) <= 1e-12

@@ -250,7 +250,10 @@ def uniform_minmax(K: int, G1: int, G2: int) -> MinMaxPolicy:
 
 
 # ----------------------------------------------------------------------------- exact evaluation
-_S_LO, _S_HI_PAD, _N_SCAN = -40.0, 40.0, 64
+_S_LO, _S_HI_PAD = -40.0, 40.0
+_N_SCAN = 256  # per piece: uniform in s and uniform in u
+_EDGE_SCAN = np.geomspace(1e-14, 0.25, 64)  # per piece end: relative distances, log-spaced
+_GOLDEN_STEPS = 80  # golden-section steps on a dip (shrinks its bracket by 0.618^80 ~ 2e-17)
 _GL_T, _GL_W = (0.5 * (np.polynomial.legendre.leggauss(8)[0] + 1.0), 0.5 * np.polynomial.legendre.leggauss(8)[1])
 
 
@@ -264,6 +267,75 @@ def _h(s, delta: float, pol: MinMaxPolicy):
     s = np.asarray(s, np.float64)
     with np.errstate(divide="ignore"):
         return delta * s - 0.5 * delta * delta - np.log(pol.density(special.ndtr(s), special.ndtr(-s)))
+
+
+def _h_on_piece(s: np.ndarray, piece: np.ndarray, delta: float, pol: MinMaxPolicy) -> np.ndarray:
+    """log f - log g at s (any shape) with g the polynomial of the given piece (broadcast with s),
+    also at the piece's own edges (where :meth:`MinMaxPolicy.density` would read the next piece)."""
+    u, y = special.ndtr(s), special.ndtr(-s)
+    lower = pol.eu[piece + 1] <= 0.5
+    t = np.clip(np.where(lower, pol.eu[piece + 1] - u, y - pol.ey[piece + 1]) / pol.width[piece], 0.0, 1.0)
+    c = pol.coef[piece]
+    g = c[..., pol.K - 1]
+    for k in range(pol.K - 2, -1, -1):
+        g = g * t + c[..., k]
+    with np.errstate(divide="ignore"):
+        return delta * s - 0.5 * delta * delta - np.log(np.maximum(g, 0.0))
+
+
+def _scan(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Scan points of every piece [lo_p, hi_p] (rows, sorted, both ends included): uniform in s,
+    uniform in u (in 1 - u above 1/2) and log-spaced towards both ends (where g jumps to the next
+    piece's polynomial, crossings come in close pairs: ~1e-4 apart at K = 3, delta = 0.5)."""
+    t = np.linspace(0.0, 1.0, _N_SCAN)
+    w = (hi - lo)[:, None]
+    ss = lo[:, None] + w * t[None, :]
+    ulo, uhi, ylo, yhi = special.ndtr(lo), special.ndtr(hi), special.ndtr(-lo), special.ndtr(-hi)
+    upper = (uhi > 0.5)[:, None]
+    with np.errstate(divide="ignore"):
+        su = np.where(upper, -special.ndtri(ylo[:, None] + (yhi - ylo)[:, None] * t[None, 1:-1]),
+                      special.ndtri(ulo[:, None] + (uhi - ulo)[:, None] * t[None, 1:-1]))
+    su = np.where(np.isfinite(su), su, ss[:, 1:-1])
+    ends = np.concatenate([lo[:, None] + w * _EDGE_SCAN, hi[:, None] - w * _EDGE_SCAN], axis=1)
+    return np.sort(np.clip(np.concatenate([ss, su, ends], axis=1), lo[:, None], hi[:, None]), axis=1)
+
+
+def _dips(ss: np.ndarray, hv: np.ndarray, piece: np.ndarray, d: float, pol: MinMaxPolicy):
+    """Pairs of crossings between scan points: at every interior local minimum of |h| on the scan
+    where h keeps its sign, h's extremum is located by golden section on the two neighbouring
+    steps; where it has the other sign, its two crossings are bracketed. Returns (rows, a, b)
+    brackets (each with a sign change)."""
+    m = hv[:, 1:-1]
+    left, right = hv[:, :-2], hv[:, 2:]
+    finite = np.isfinite(left) & np.isfinite(m) & np.isfinite(right)
+    dip = finite & (((m > 0) & (left > 0) & (right > 0) & (m <= left) & (m <= right))
+                    | ((m < 0) & (left < 0) & (right < 0) & (m >= left) & (m >= right)))
+    rows, cols = np.nonzero(dip)
+    if rows.size == 0:
+        return rows, np.empty(0), np.empty(0)
+    sign = np.sign(m[rows, cols])  # minimise sign * h: towards zero
+    a, b = ss[rows, cols].copy(), ss[rows, cols + 2].copy()
+    pc = piece[rows]
+    ratio = 0.5 * (np.sqrt(5.0) - 1.0)
+    x1, x2 = b - ratio * (b - a), a + ratio * (b - a)
+    f1, f2 = sign * _h_on_piece(x1, pc, d, pol), sign * _h_on_piece(x2, pc, d, pol)
+    for _ in range(_GOLDEN_STEPS):
+        go_left = f1 < f2
+        b = np.where(go_left, x2, b)
+        a = np.where(go_left, a, x1)
+        x2n = np.where(go_left, x1, a + ratio * (b - a))
+        x1n = np.where(go_left, b - ratio * (b - a), x2)
+        f2n = np.where(go_left, f1, np.nan)
+        f1n = np.where(go_left, np.nan, f2)
+        new = np.where(go_left, x1n, x2n)
+        fn = sign * _h_on_piece(new, pc, d, pol)
+        x1, x2 = x1n, x2n
+        f1, f2 = np.where(go_left, fn, f1n), np.where(go_left, f2n, fn)
+    x_star = np.where(f1 < f2, x1, x2)
+    crossed = np.minimum(f1, f2) < 0
+    lo_pt, hi_pt, mid = ss[rows, cols][crossed], ss[rows, cols + 2][crossed], x_star[crossed]
+    r = rows[crossed]
+    return np.concatenate([r, r]), np.concatenate([lo_pt, mid]), np.concatenate([mid, hi_pt])
 
 
 def _g_masses(s0: np.ndarray, s1: np.ndarray, pol: MinMaxPolicy) -> np.ndarray:
@@ -280,9 +352,11 @@ def _g_masses(s0: np.ndarray, s1: np.ndarray, pol: MinMaxPolicy) -> np.ndarray:
 
 def acceptance_of_minmax(delta: float, pol: MinMaxPolicy) -> float:
     """int min(q, p_pi) ds for the policy at delta, evaluated exactly (cached per (delta, policy)):
-    on every piece the crossings of log f and log g are located on a scan (uniform in s and in u)
-    and refined (brentq's roots, all crossings at once:
-    :func:`speccheck.theory.roots.brentq_many`), q-masses in closed form, g-masses by Gauss-Legendre."""
+    on every piece (g one polynomial there, read as such up to the piece's edges) the crossings of
+    log f and log g are bracketed on a scan (uniform in s and in u, log-spaced towards both
+    ends, and the dips of |h| between scan points located by golden section: pairs of close
+    crossings) and refined (brentq's roots, all at once: :func:`speccheck.theory.roots.brentq_many`),
+    q-masses in closed form, g-masses by Gauss-Legendre (exact for the polynomial)."""
     return _acceptance_cached(float(check_delta(delta)), pol)
 
 
@@ -294,44 +368,31 @@ def _acceptance_cached(d: float, pol: MinMaxPolicy) -> float:
         return 0.0
     lo = np.maximum(_edge_s(pol.eu[:-1], pol.ey[:-1]), _S_LO)
     hi = np.minimum(_edge_s(pol.eu[1:], pol.ey[1:]), d + _S_HI_PAD)
-    live = hi > lo
-    lo, hi = lo[live], hi[live]
-    # scan every piece at once: uniform in s and uniform in u (interior points of the latter)
-    t = np.linspace(0.0, 1.0, _N_SCAN)
-    ss = lo[:, None] + (hi - lo)[:, None] * t[None, :]
-    ulo, uhi = special.ndtr(lo), special.ndtr(hi)
-    with np.errstate(divide="ignore"):
-        su = special.ndtri(ulo[:, None] + (uhi - ulo)[:, None] * t[None, 1:-1])
-    su = np.where(np.isfinite(su), su, ss[:, 1:-1])
-    ss = np.sort(np.clip(np.concatenate([ss, su], axis=1), lo[:, None], hi[:, None]), axis=1)
-    hv = _h(ss, d, pol)
+    piece = np.nonzero(hi > lo)[0]
+    lo, hi = lo[piece], hi[piece]
+    ss = _scan(lo, hi)
+    hv = _h_on_piece(ss, piece[:, None], d, pol)
     pos = hv > 0
-    # crossings: pieces with a sign change between scan points; all refined together (brentq's roots)
-    a, b, cuts_of = [], [], []
-    for p in range(lo.shape[0]):
-        change = np.nonzero(pos[p, 1:] != pos[p, :-1])[0]
-        cuts = [float(lo[p])]
-        for i in change:
-            s0, s1 = ss[p, i], ss[p, i + 1]
-            if not s1 > s0:
-                continue
-            if np.isfinite(hv[p, i]) and np.isfinite(hv[p, i + 1]):
-                cuts.append(len(a))  # an index into the refined roots
-                a.append(s0)
-                b.append(s1)
-            else:
-                cuts.append(float(s1 if np.isfinite(hv[p, i]) else s0))
-        cuts_of.append(cuts + [float(hi[p])])
-    roots = brentq_many(lambda x: _h(x, d, pol), np.array(a), np.array(b), xtol=1e-14)
-    seg_lo, seg_hi = [], []
-    for cuts in cuts_of:
-        cuts = [c if isinstance(c, float) else float(roots[c]) for c in cuts]
-        seg_lo.extend(cuts[:-1])
-        seg_hi.extend(cuts[1:])
-    s0, s1 = np.array(seg_lo), np.array(seg_hi)
+    # crossings: sign changes between scan points (finite both sides), and the dips' pairs
+    rows, cols = np.nonzero((pos[:, 1:] != pos[:, :-1]) & (ss[:, 1:] > ss[:, :-1]))
+    finite = np.isfinite(hv[rows, cols]) & np.isfinite(hv[rows, cols + 1])
+    d_rows, d_a, d_b = _dips(ss, hv, piece, d, pol)
+    b_rows = np.concatenate([rows[finite], d_rows])
+    a = np.concatenate([ss[rows, cols][finite], d_a])
+    b = np.concatenate([ss[rows, cols + 1][finite], d_b])
+    roots = brentq_many(lambda x, i: _h_on_piece(x, piece[b_rows[i]], d, pol), a, b, xtol=1e-15, indexed=True)
+    # where g = 0 on one side (log g = -inf) the cut is the scan point next to the finite value
+    inf_rows = rows[~finite]
+    inf_cut = np.where(np.isfinite(hv[rows, cols]), ss[rows, cols + 1], ss[rows, cols])[~finite]
+    seg_row = np.concatenate([np.arange(piece.size), np.arange(piece.size), b_rows, inf_rows])
+    seg_x = np.concatenate([lo, hi, roots, inf_cut])
+    order = np.lexsort((seg_x, seg_row))
+    seg_row, seg_x = seg_row[order], seg_x[order]
+    same = seg_row[1:] == seg_row[:-1]
+    s0, s1, p_of = seg_x[:-1][same], seg_x[1:][same], piece[seg_row[:-1][same]]
     keep = s1 > s0
-    s0, s1 = s0[keep], s1[keep]
-    q_above = _h(0.5 * (s0 + s1), d, pol) > 0
+    s0, s1, p_of = s0[keep], s1[keep], p_of[keep]
+    q_above = _h_on_piece(0.5 * (s0 + s1), p_of, d, pol) > 0
     total = float(np.sum(_g_masses(s0[q_above], s1[q_above], pol)))
     total += float(np.sum(normal_mass(s0[~q_above] - d, s1[~q_above] - d)))
     return float(min(max(total, 0.0), 1.0))
