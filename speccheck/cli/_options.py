@@ -14,8 +14,8 @@ from typing import Optional
 
 from speccheck import errors
 from speccheck.errors import UsageError
+from speccheck.theory.validate import MAX_K  # noqa: F401 - the one definition, re-exported for the commands
 
-MAX_K = 128                  # draft-tree width: the theory and kernels are validated up to K = 128
 MAX_L = 64                   # draft-tree depth
 MAX_TREE_NODES = 1_000_000   # |V| of one draft tree: speccheck.sampler.tree's cap (tests assert equal)
 MAX_SEED = 2**63 - 1

@@ -712,12 +712,9 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
 
 @functools.lru_cache(maxsize=4096)
 def _solution(d: float, K: int) -> RankWeightSolution:
-    sol = _solve(d, K)
-    _SOLVED.add((d, K))
-    return sol
-
-
-_SOLVED: set = set()  # (delta, K) solved to the gap in this process (answers budgeted calls too)
+    """The full solve, memoised (a pure function of (delta, K): a budgeted call never reads it,
+    so no answer depends on which calls came before)."""
+    return _solve(d, K)
 
 
 def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -> RankWeightSolution:
@@ -735,7 +732,7 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
     if max_iter is not None:
         if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
             raise InputError(f"max_iter must be an integer >= 0 or None, got max_iter={max_iter!r}")
-        sol = _solution(d, K) if (d, K) in _cached_keys() else _solve(d, K, max_iter)
+        sol = _solve(d, K, max_iter)
     else:
         sol = _solution(d, K)
     return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
@@ -748,10 +745,6 @@ def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
     d = float(check_delta(delta))
     K = check_K(K)
     return _solve(d, K, use_table=False)
-
-
-def _cached_keys() -> set:
-    return set(_SOLVED)
 
 
 def rank_weights(delta: float, K: int) -> np.ndarray:
