@@ -173,3 +173,20 @@ def test_theory_command_prints_the_api_calls_certified_gap(capsys):
     assert main(["theory", "--delta", str(d), "--K", str(K), "--no-mcrs"]) == 0
     text = capsys.readouterr().out
     assert f"certified gap {api.gap:.2g}" in text and f"rank_weight_solution({d!r}, {K})" in text
+
+
+@pytest.mark.parametrize("K", [22, 32, 64, 128])
+def test_subnormal_delta_beats_dgrs_at_high_precision(K):
+    """Issue 38.1: at delta = 2.5e-320 RASS returned uniform weights, 1 - A ~20x (K = 22) to ~135x
+    (K = 128) D-GRS's. Now the solution at 2^-1022 scaled into the linear regime: its 1 - A is
+    below D-GRS's (mpmath, 400 digits, exact recursion), and the gap covers the subnormal rounding."""
+    import mpmath as mp
+
+    from research.reference import mp_acceptance_dgrs
+
+    d = 2.5e-320
+    sol = rank_weight_solution(d, K)
+    with mp.workdps(400):
+        dgrs = float(1 - mp_acceptance_dgrs(mp.mpf(d), K))
+    assert 0.0 < dgrs and sol.rejection <= dgrs
+    assert 0.0 <= sol.gap and sol.rejection - sol.gap <= markov_lower_bound(d, K) + 1e-323

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 from scipy import special
@@ -132,10 +132,12 @@ def certificate(pieces: exact.PieceMasses, omega: np.ndarray) -> Certificate:
     return Certificate(max(best, 0.0), model, c, dropped)
 
 
-def closed_form_solution(d: float, K: int) -> RankWeightSolution | None:
+def closed_form_solution(d: float, K: int,
+                         normal: Callable[[], RankWeightSolution] | None = None) -> RankWeightSolution | None:
     """The optimum where it is known in closed form: delta = 0 (uniform weights, A = 1), K = 1
     (RMC: A = 2 Phi(-delta / 2)), delta > DELTA_UNDERFLOW (A < 1e-340: the top rank), subnormal
-    delta (:func:`_subnormal_solution`); else None."""
+    delta (:func:`_subnormal_solution`, from ``normal()``: the solver's answer at SUBNORMAL_DELTA,
+    when given); else None."""
     if d == 0.0 or K == 1:
         omega = np.full(K, 1.0 / K)
         if d == 0.0:
@@ -148,22 +150,43 @@ def closed_form_solution(d: float, K: int) -> RankWeightSolution | None:
         omega[-1] = 1.0
         return RankWeightSolution(omega, 0.0, 1.0, 0.0, 0.0, omega - 1.0 / K, np.empty(0), 0)
     if d < SUBNORMAL_DELTA:
-        return _subnormal_solution(d, K)
+        return _subnormal_solution(d, K, None if normal is None else normal())
     return None
 
 
-def _subnormal_solution(d: float, K: int) -> RankWeightSolution:
+def _subnormal_solution(d: float, K: int, normal: RankWeightSolution | None = None) -> RankWeightSolution:
     """delta subnormal (< 2.2e-308; every 1 - A is below 1e-308, where float64 has lost its relative
-    precision and no solver's arithmetic means anything): the better in 1 - A of uniform weights
-    (p = phi: 1 - A = P(-delta/2 < Z < delta/2), as RMC) and :func:`markov_solution`; the gap
-    from :func:`markov_lower_bound` (at most 1 - A)."""
+    precision and no solver's arithmetic means anything): the best in 1 - A of uniform weights
+    (p = phi: 1 - A = P(-delta/2 < Z < delta/2), as RMC), :func:`markov_solution` and ``normal``
+    (the solution at SUBNORMAL_DELTA = 2^-1022) scaled to delta.
+
+    Scaling: below delta ~1e-150 the optimum is in its linear regime, 1 - A(1/K + delta e) =
+    delta J(e) (1 + O(delta)), so the weights 1/K + (delta / 2^-1022) eps_n give 1 - A =
+    (delta / 2^-1022) (1 - A_n) (ratio exact: a power of two times delta) up to the rounding of
+    the products onto the subnormal grid: each deviation moves by <= 2^-1075, 1 - A by at most
+    sum_r |d eps_r| <= K 2^-1075, the product 1 - A by 2^-1075; the lower bound on 1 - A* scales
+    likewise (1 - A*_n >= 1 - A_n - gap_n). At K = 22, delta = 2.5e-320 uniform weights were ~20x
+    D-GRS's 1 - A (K = 128: ~135x): the float evaluator cannot place the crossings there, and
+    markov_solution's deviations underflow."""
     rej = float(normal_mass(-0.5 * d, 0.5 * d))
     sol = RankWeightSolution(np.full(K, 1.0 / K), 1.0 - rej, rej, rej, 1.0, np.zeros(K), np.array([0.5 * d]), 0)
     markov = markov_solution(d, K)
     if markov is not None and markov.rejection < rej:
         sol = markov
     gap = min(sol.rejection, max(sol.rejection - markov_lower_bound(d, K), 0.0) + 64.0 * 2.0 ** -52 * sol.rejection)
-    return sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
+    sol = sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
+    if normal is not None and normal.acceptance >= 0.5:
+        ratio = d / SUBNORMAL_DELTA
+        scaled_rej = normal.rejection * ratio
+        if 0.0 < scaled_rej < sol.rejection:
+            eps = normal.deviation * ratio
+            allowance = (K + 2) * 2.0 ** -1074
+            lower = max((normal.rejection - normal.gap) * ratio - allowance, markov_lower_bound(d, K), 0.0)
+            gap = min(scaled_rej + allowance, max(scaled_rej - lower, 0.0) + allowance)
+            omega = np.where(normal.omega == 0.0, 0.0, 1.0 / K + eps)
+            sol = RankWeightSolution(omega / omega.sum(), 1.0 - scaled_rej, scaled_rej, gap, 1.0 - scaled_rej + gap,
+                                     eps, normal.crossings.copy(), normal.iterations)
+    return sol
 
 
 @functools.lru_cache(maxsize=256)

@@ -69,6 +69,7 @@ from speccheck.theory import exact
 from speccheck.theory.exact import DELTA_UNDERFLOW, RankLaw, exact_acceptance, law_from_eps, law_from_omega
 from speccheck.theory.normal import log_phi
 from speccheck.theory.rass.certificate import (
+    SUBNORMAL_DELTA,
     Certificate,
     RankWeightSolution,
     certificate,
@@ -695,7 +696,7 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
     """Closed form; else the small-delta weights of ``markov_solution`` where they are certified
     to MARKOV_GAP relative; else the solver for K (``max_iter``: its budget), its gap tightened
     (and its weights replaced where better) by ``with_markov_bound``."""
-    closed = closed_form_solution(d, K)
+    closed = closed_form_solution(d, K, lambda: _solve(SUBNORMAL_DELTA, K, max_iter, use_table))
     if closed is not None:
         return closed
     if K > LARGE_K:  # rass_dual applies the Markov steps itself

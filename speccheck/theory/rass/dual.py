@@ -131,6 +131,7 @@ from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
 from speccheck.theory.exact import law_from_eps
 from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
 from speccheck.theory.rass.certificate import (
+    SUBNORMAL_DELTA,
     RankWeightSolution,
     certificate,
     closed_form_solution,
@@ -1032,7 +1033,7 @@ def _better(new: exact.ExactAcceptance, old: exact.ExactAcceptance) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolution:
-    closed = closed_form_solution(d, K)
+    closed = closed_form_solution(d, K, lambda: _solution(SUBNORMAL_DELTA, K, max_rounds))
     if closed is not None:
         return closed
     with one_blas_thread():
