@@ -14,13 +14,13 @@ import numpy as np
 from scipy import optimize, sparse, special
 
 from speccheck.theory.mcrs.core import (  # noqa: F401
-    _breakpoints,
     _gl,
-    _log_f,
-    _quadrature,
     acceptance_of_policy,
+    breakpoints,
+    log_f,
     mcrs_edges,
     mcrs_policy,
+    quadrature,
     rank_coeffs,
 )
 from speccheck.theory.normal import normal_mass
@@ -71,9 +71,9 @@ def top2_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) ->
     if K < 3:
         raise ValueError(f"the top-2 policy needs K >= 3, got K={K}")
     a, abar = mcrs_edges(K, G)
-    bu, by = _breakpoints(float(delta), a, abar, n_target)
-    u, y, w = _quadrature(bu, by)
-    f = np.exp(_log_f(u, y, delta))
+    bu, by = breakpoints(float(delta), a, abar, n_target)
+    u, y, w = quadrature(bu, by)
+    f = np.exp(log_f(u, y, delta))
     A = _design_matrix_top2(u, y, K, a, abar)
     M, nv = A.shape
     T = nv // K
@@ -84,9 +84,9 @@ def top2_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) ->
                            b_eq=np.ones(T), bounds=bounds, method="highs")
     pi = res.x[:nv]
     # evaluate on a 4x finer target grid with 12-point GL panels
-    bu2, by2 = _breakpoints(float(delta), a, abar, 4 * n_target)
-    u2, y2, w2 = _quadrature(bu2, by2, 12)
-    f2 = np.exp(_log_f(u2, y2, delta))
+    bu2, by2 = breakpoints(float(delta), a, abar, 4 * n_target)
+    u2, y2, w2 = quadrature(bu2, by2, 12)
+    f2 = np.exp(log_f(u2, y2, delta))
     g2 = _design_matrix_top2(u2, y2, K, a, abar) @ pi
     mc = mcrs_policy(float(delta), K, G)
     return dict(delta=float(delta), K=K, G=G, top2_lp=float(-res.fun), top2_eval=float(w2 @ np.minimum(f2, g2)),
@@ -142,9 +142,9 @@ def minmax_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) 
     lo, lobar, hi, hibar = minmax_edges(K, G)
     edges_u = np.concatenate([lo, hi])
     edges_y = np.concatenate([lobar, hibar])
-    bu, by = _breakpoints(float(delta), edges_u, edges_y, n_target)
-    u, y, w = _quadrature(bu, by)
-    f = np.exp(_log_f(u, y, delta))
+    bu, by = breakpoints(float(delta), edges_u, edges_y, n_target)
+    u, y, w = quadrature(bu, by)
+    f = np.exp(log_f(u, y, delta))
     A = _design_matrix_minmax(u, y, K, G)
     M, nv = A.shape
     T = nv // K
@@ -171,10 +171,10 @@ def minmax_lp_acceptance(delta: float, K: int, G: int = 24, n_target: int = 96) 
     s = x.sum(axis=1, keepdims=True)
     pi[live] = np.where(s > 0, x / np.where(s > 0, s, 1.0), 1.0 / K)
     pi = pi.reshape(-1)
-    bu2, by2 = _breakpoints(float(delta), edges_u, edges_y, 4 * n_target)
-    u2, y2, w2 = _quadrature(bu2, by2, 12)
+    bu2, by2 = breakpoints(float(delta), edges_u, edges_y, 4 * n_target)
+    u2, y2, w2 = quadrature(bu2, by2, 12)
     g2 = _design_matrix_minmax(u2, y2, K, G) @ pi
-    f2 = np.exp(_log_f(u2, y2, delta))
+    f2 = np.exp(log_f(u2, y2, delta))
     return dict(delta=float(delta), K=K, G=G, minmax_lp=float(-res.fun), minmax_eval=float(w2 @ np.minimum(f2, g2)),
                 mass_check=float(w2 @ g2), live_pairs=int(live.sum()))
 

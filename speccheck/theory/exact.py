@@ -84,7 +84,7 @@ class RankLaw(NamedTuple):
 
 
 @functools.lru_cache(maxsize=256)
-def _log_coef(K: int) -> np.ndarray:
+def log_coef(K: int) -> np.ndarray:
     r = np.arange(1, K + 1)
     out = np.log(K) + special.gammaln(K) - special.gammaln(r) - special.gammaln(K - r + 1)
     out.flags.writeable = False
@@ -92,7 +92,7 @@ def _log_coef(K: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def _rank_exponents(K: int) -> tuple[np.ndarray, np.ndarray]:
+def rank_exponents(K: int) -> tuple[np.ndarray, np.ndarray]:
     """(r - 1, K - r) for r = 1..K, as float rows (read-only)."""
     r = np.arange(1, K + 1, dtype=np.float64)
     low, high = r - 1.0, K - r
@@ -117,7 +117,7 @@ def law_from_omega(omega: np.ndarray) -> RankLaw:
     eps = _zero_sum((omega - inv_hi) - inv_lo)
     with np.errstate(divide="ignore"):
         log_w = np.log(omega)
-    return RankLaw(K, omega, eps, log_w, _log_coef(K))
+    return RankLaw(K, omega, eps, log_w, log_coef(K))
 
 
 def law_from_eps(eps: np.ndarray, zero: np.ndarray | None = None) -> RankLaw:
@@ -129,7 +129,7 @@ def law_from_eps(eps: np.ndarray, zero: np.ndarray | None = None) -> RankLaw:
         omega[zero] = 0.0
     with np.errstate(divide="ignore"):
         log_w = np.log(omega)
-    return RankLaw(K, omega, eps, log_w, _log_coef(K))
+    return RankLaw(K, omega, eps, log_w, log_coef(K))
 
 
 class Curve(NamedTuple):
@@ -146,7 +146,7 @@ def _moment_columns(K: int) -> np.ndarray:
     """Columns (1, l, h, l(l-1), h(h-1), l h, l^3, h^3, l^2 h, l h^2) per rank (K, 10), l = r-1,
     h = K-r: with g_r = l alpha - h beta, every rank sum in L', L'', L^(3) (module doc) is an
     alpha, beta combination of the sums sum_r c_r column_r (no (n, K) temporaries)."""
-    low, high = _rank_exponents(K)
+    low, high = rank_exponents(K)
     out = np.column_stack([np.ones(K), low, high, low * (low - 1.0), high * (high - 1.0), low * high,
                            low ** 3, high ** 3, low * low * high, low * high * high])
     out.flags.writeable = False
@@ -183,7 +183,7 @@ def curve(law: RankLaw, z: np.ndarray, derivatives: int = 2) -> Curve:
 def _curve_flat(law: RankLaw, z: np.ndarray, derivatives: int) -> tuple[Curve, np.ndarray]:
     """:func:`curve` at a 1-d float array z, with log b_r(Phi(z)) (n, K)."""
     empty = np.empty(0)
-    low, high = _rank_exponents(law.K)
+    low, high = rank_exponents(law.K)
     columns = _moment_columns(law.K)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_u = special.log_ndtr(z)
@@ -245,7 +245,7 @@ class _Basis(NamedTuple):
 
 def _basis(K: int, z: np.ndarray, log_u: np.ndarray, log_v: np.ndarray, log_b: np.ndarray,
            b: np.ndarray) -> _Basis:
-    low, high = _rank_exponents(K)
+    low, high = rank_exponents(K)
     log_phi = -0.5 * z * z - LOG_SQRT_2PI
     alpha = np.exp(log_phi - log_u)
     beta = np.exp(log_phi - log_v)
@@ -255,10 +255,10 @@ def _basis(K: int, z: np.ndarray, log_u: np.ndarray, log_v: np.ndarray, log_b: n
 
 
 def _basis_at(K: int, z: np.ndarray) -> _Basis:
-    low, high = _rank_exponents(K)
+    low, high = rank_exponents(K)
     log_u = special.log_ndtr(z)
     log_v = special.log_ndtr(-z)
-    log_b = _log_coef(K) + np.multiply.outer(log_u, low) + np.multiply.outer(log_v, high)
+    log_b = log_coef(K) + np.multiply.outer(log_u, low) + np.multiply.outer(log_v, high)
     return _basis(K, z, log_u, log_v, log_b, np.exp(log_b))
 
 
@@ -792,14 +792,15 @@ def rank_tails(K: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.minimum(lower, 1.0), np.minimum(upper, 1.0)
 
 
-def _G(law: RankLaw, x: np.ndarray, d: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+def cumulative_residual(law: RankLaw, x: np.ndarray, d: np.ndarray, lower: np.ndarray,
+                        upper: np.ndarray) -> np.ndarray:
     """G(x) = int_{-inf}^x (q - p_omega), from deviations: -P(x - delta < Z < x) - sum eps_r I_r(x)
     (x <= 0), or -P(...) + sum eps_r J_r(x) (x > 0; sum eps = 0). G(+-inf) = 0."""
     return _G_weighted(x, d, lower @ law.eps, upper @ law.eps)
 
 
 def _G_weighted(x: np.ndarray, d: np.ndarray, lower_eps: np.ndarray, upper_eps: np.ndarray) -> np.ndarray:
-    """:func:`_G` from sum eps_r I_r(x) and sum eps_r J_r(x)."""
+    """:func:`cumulative_residual` from sum eps_r I_r(x) and sum eps_r J_r(x)."""
     finite = np.isfinite(x)
     xf = np.where(finite, x, 0.0)
     qdev = -normal_mass_below(xf, d)
@@ -843,7 +844,7 @@ def _masses_one(law: RankLaw, d: float, roots: np.ndarray, L_first: float):
     q_first = (L_first - d * Z_LO + 0.5 * d * d) < 0
     q_above = (np.arange(m + 1) % 2 == 1) ^ q_first
     q_mass = normal_mass_small(lo - d, hi - d)
-    # G at the crossings (:func:`_G`, the roots are finite)
+    # G at the crossings (:func:`cumulative_residual`, the roots are finite)
     G_roots = -normal_mass_below_small(roots, d) - np.where(roots <= 0, lower_r @ law.eps, -(upper_r @ law.eps))
     G = np.concatenate([[0.0], G_roots, [0.0]])
     residual = np.where(q_above, G[1:] - G[:-1], 0.0)
@@ -893,7 +894,7 @@ def _masses(law: RankLaw, d: np.ndarray, roots: np.ndarray, want_gradient: bool,
     if want_gradient:
         rank_mass = mass
         p_mass = rank_mass @ law.omega
-        G_r = _G(law, at_roots, d[:, None], lower_r, upper_r)
+        G_r = cumulative_residual(law, at_roots, d[:, None], lower_r, upper_r)
     else:
         p_mass = mass[..., 0]
         G_r = _G_weighted(at_roots, d[:, None], lower_r[..., 1], upper_r[..., 1])

@@ -151,12 +151,12 @@ def test_richer_policy_design_matrices_are_selection_laws(K):
     # whose bin masses match a Monte Carlo of the rule (|z| < 5.3 on each of <= 200 bins in all:
     # false-failure rate < 3e-5).
     from research.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
-    from speccheck.theory.mcrs.core import _breakpoints, _quadrature
+    from speccheck.theory.mcrs.core import breakpoints, quadrature
 
     G = 5
     lo, lobar, hi, hibar = minmax_edges(K, G)
-    bu, by = _breakpoints(0.5, np.concatenate([lo, hi]), np.concatenate([lobar, hibar]), 8)
-    u, y, w = _quadrature(bu, by, 8)
+    bu, by = breakpoints(0.5, np.concatenate([lo, hi]), np.concatenate([lobar, hibar]), 8)
+    u, y, w = quadrature(bu, by, 8)
     rng = np.random.default_rng(K)
     n = 1 << 18
     S = np.sort(rng.random((n, K)), axis=1)

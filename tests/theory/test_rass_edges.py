@@ -33,7 +33,7 @@ def _markov_witness(d: float, K: int) -> float:
     n = K if K % 2 else K + 1
     u = np.sin(0.5 * np.arange(1, n + 1) * np.pi / (n + 1)) ** 2
     r = np.arange(1, K + 1)
-    B = np.exp(exact._log_coef(K) + (r - 1) * np.log(u)[:, None] + (K - r) * np.log1p(-u)[:, None])  # noqa: SLF001
+    B = np.exp(exact.log_coef(K) + (r - 1) * np.log(u)[:, None] + (K - r) * np.log1p(-u)[:, None])
     M = np.vstack([B, np.ones(K)])
     scale = np.abs(M).max(axis=0)
     e = np.linalg.lstsq(M / scale, np.concatenate([special.ndtri(u), [0.0]]), rcond=None)[0] / scale

@@ -256,7 +256,7 @@ def _gl(n: int):
 _GL_T, _GL_W = _gl(6)
 
 
-def _breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
+def breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
     """Sorted (u, y) break points: the cell edges, target quantiles and u = 1/2."""
     z = special.ndtri((np.arange(n_target) + 0.5) / n_target)
     z = np.concatenate([z, np.linspace(-9, 9, 19)])
@@ -272,7 +272,7 @@ def _breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
     return u[keep], y[keep]
 
 
-def _quadrature(bu: np.ndarray, by: np.ndarray, n_gl: int = 6):
+def quadrature(bu: np.ndarray, by: np.ndarray, n_gl: int = 6):
     """Gauss-Legendre nodes (u, y) and weights du on each interval between break points."""
     ulo, uhi, ylo, yhi = bu[:-1], bu[1:], by[:-1], by[1:]
     lower = uhi <= 0.5
@@ -288,7 +288,7 @@ def _quadrature(bu: np.ndarray, by: np.ndarray, n_gl: int = 6):
     return u[keep].ravel(), y[keep].ravel(), w[keep].ravel()
 
 
-def _log_f(u: np.ndarray, y: np.ndarray, delta: float) -> np.ndarray:
+def log_f(u: np.ndarray, y: np.ndarray, delta: float) -> np.ndarray:
     s = np.where(u < 0.5, special.ndtri(u), -special.ndtri(y))
     return delta * s - 0.5 * delta * delta
 
@@ -444,9 +444,9 @@ def _solve_lp(delta: float, K: int, G: int, n_target: int, n_gl: int = 6, method
     and pi is clipped and renormalised onto the simplex. ``method="simplex"`` is the fallback.
     The returned policy is judged only by its exact acceptance (:func:`checked_policy`)."""
     a, abar = mcrs_edges(K, G, kind)
-    bu, by = _breakpoints(delta, a, abar, n_target)
-    u, y, w = _quadrature(bu, by, n_gl)
-    f = np.exp(_log_f(u, y, delta))
+    bu, by = breakpoints(delta, a, abar, n_target)
+    u, y, w = quadrature(bu, by, n_gl)
+    f = np.exp(log_f(u, y, delta))
     n_pi = G * K
     if G > MOMENT_FORM_ABOVE_G:
         cost, A_ub, A_eq, b_eq, bounds = _moment_lp(u, y, w, f, K, a, abar)

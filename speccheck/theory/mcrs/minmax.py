@@ -43,7 +43,7 @@ from scipy import optimize, sparse, special
 
 from speccheck.errors import InputError
 from speccheck.theory.exact import DELTA_UNDERFLOW
-from speccheck.theory.mcrs.core import _breakpoints, _log_f, _quadrature, mcrs_edges
+from speccheck.theory.mcrs.core import breakpoints, log_f, mcrs_edges, quadrature
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.roots import brentq_many
 from speccheck.theory.validate import check_delta, check_K
@@ -411,9 +411,9 @@ def _solve_lp(delta: float, K: int, G1: int, G2: int, n_target: int, crossover: 
     """Hinge LP in the scaled pair variables (module docstring); returns pi, shape (G1, G2, K)."""
     cells = minmax_cells(K, G1, G2)
     lo, lobar, hi, hibar = cells
-    bu, by = _breakpoints(delta, np.concatenate([lo, hi]), np.concatenate([lobar, hibar]), n_target)
-    u, y, w = _quadrature(bu, by)
-    f = np.exp(_log_f(u, y, delta))
+    bu, by = breakpoints(delta, np.concatenate([lo, hi]), np.concatenate([lobar, hibar]), n_target)
+    u, y, w = quadrature(bu, by)
+    f = np.exp(log_f(u, y, delta))
     D = minmax_design(u, y, K, *cells).reshape(u.shape[0], G1 * G2, K)
     P = np.einsum("m,mtk->tk", w, D).mean(axis=1)  # P(pair) on the quadrature (each rank's column integrates to it)
     live = P > 1e-300

@@ -255,8 +255,8 @@ def markov_deviation(K: int) -> np.ndarray:
     candidate results: every use evaluates it exactly). Read-only."""
     z = markov_edges(K)
     u = special.ndtr(z)
-    low, high = exact._rank_exponents(K)  # noqa: SLF001 (same package)
-    B = np.exp(exact._log_coef(K) + low * np.log(u)[:, None] + high * np.log1p(-u)[:, None])  # noqa: SLF001
+    low, high = exact.rank_exponents(K)
+    B = np.exp(exact.log_coef(K) + low * np.log(u)[:, None] + high * np.log1p(-u)[:, None])
     M = np.vstack([B, np.ones(K)])
     scale = np.abs(M).max(axis=0)
     e = np.linalg.lstsq(M / scale, np.concatenate([z, [0.0]]), rcond=None)[0] / scale
@@ -376,9 +376,9 @@ def set_margins(d: float, K: int, edges: np.ndarray, q_above: np.ndarray) -> np.
 def _margin_derivatives(d: float, K: int, c: np.ndarray, side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """J[r, j] = dh_r / dc_j = s_j (q(c_j) - p_r(c_j)) and W[r, j] = d^2 h_r / dc_j^2 =
     s_j (q'(c_j) - p_r'(c_j)) (h_r depends on c_j only through the two pieces it separates)."""
-    low, high = exact._rank_exponents(K)  # noqa: SLF001 (same package)
+    low, high = exact.rank_exponents(K)
     log_u, log_v = special.log_ndtr(c)[:, None], special.log_ndtr(-c)[:, None]
-    p = np.exp(log_phi(c)[:, None] + exact._log_coef(K) + low * log_u + high * log_v)  # noqa: SLF001
+    p = np.exp(log_phi(c)[:, None] + exact.log_coef(K) + low * log_u + high * log_v)
     # p_r' / p_r = -c + (r - 1) phi / Phi - (K - r) phi / (1 - Phi)
     mills_u, mills_v = np.exp(log_phi(c)[:, None] - log_u), np.exp(log_phi(c)[:, None] - log_v)
     dp = p * (-c[:, None] + low * mills_u - high * mills_v)

@@ -179,11 +179,11 @@ def residual_intervals(delta: float, K: int, omega: ArrayLike) -> list[ResidualI
     out = []
     lo_f = np.where(np.isfinite(lo), lo, 0.0)
     hi_f = np.where(np.isfinite(hi), hi, 0.0)
-    lower_lo, upper_lo = exact._rank_cdf_tails(law, lo_f)  # noqa: SLF001 (same package)
-    lower_hi, upper_hi = exact._rank_cdf_tails(law, hi_f)
+    lower_lo, upper_lo = exact.rank_tails(law.K, lo_f)
+    lower_hi, upper_hi = exact.rank_tails(law.K, hi_f)
     dd = np.full(lo.shape, d)
-    G_hi = exact._G(law, hi, dd, lower_hi, upper_hi)
-    G_lo = exact._G(law, lo, dd, lower_lo, upper_lo)
+    G_hi = exact.cumulative_residual(law, hi, dd, lower_hi, upper_hi)
+    G_lo = exact.cumulative_residual(law, lo, dd, lower_lo, upper_lo)
     for i in np.nonzero(F_mid < 0)[0]:
         out.append(ResidualInterval(float(lo[i]), float(hi[i]), max(float(G_hi[i] - G_lo[i]), 0.0)))
     return out
@@ -294,7 +294,7 @@ def _canonical_start(d: float, K: int) -> np.ndarray:
     u = 0.5 * (1.0 - np.cos(np.pi * j / (K + 2)))
     z = special.ndtri(u)
     r = np.arange(1, K + 1)
-    B = np.exp(exact._log_coef(K) + (r - 1) * np.log(u)[:, None] + (K - r) * np.log1p(-u)[:, None])
+    B = np.exp(exact.log_coef(K) + (r - 1) * np.log(u)[:, None] + (K - r) * np.log1p(-u)[:, None])
     target = np.expm1(d * z - 0.5 * d * d)
     scale = np.abs(B).max()
     M = np.zeros((K + 1, K + 1))
@@ -492,7 +492,7 @@ def polished_set_gap(d: float, law: RankLaw, rejection: float, roots: np.ndarray
         binding = (law.omega > 0.0) & (h <= low + POLISH_BAND)
         if best <= 0.0 or _ == steps or not np.any(side != 0.0):
             break
-        low_rank, high_rank = exact._rank_exponents(K)  # noqa: SLF001 (same package)
+        low_rank, high_rank = exact.rank_exponents(K)
         log_b = law.log_coef + low_rank * special.log_ndtr(c)[:, None] + high_rank * special.log_ndtr(-c)[:, None]
         rank_density = np.exp(log_phi(c)[:, None] + log_b)  # (m, K)
         J = (side * np.exp(log_phi(c - d)))[None, :] - (side[:, None] * rank_density).T  # (K, m)

@@ -259,8 +259,8 @@ class CellMasses:
             g_hi = np.where(np.isfinite(hi), normal_mass_below(hi_f, delta), 0.0)
             self.D_scaled[sel] = (g_lo - g_hi) / self.scale
         law = exact.law_from_omega(np.full(K, 1.0 / K))
-        lower_lo, upper_lo = exact._rank_cdf_tails(law, lo_f)  # noqa: SLF001 (same package)
-        lower_hi, upper_hi = exact._rank_cdf_tails(law, hi_f)  # noqa: SLF001
+        lower_lo, upper_lo = exact.rank_tails(law.K, lo_f)
+        lower_hi, upper_hi = exact.rank_tails(law.K, hi_f)
         lower_lo = np.where(np.isfinite(lo)[:, None], lower_lo, 0.0)
         upper_lo = np.where(np.isfinite(lo)[:, None], upper_lo, 1.0)
         lower_hi = np.where(np.isfinite(hi)[:, None], lower_hi, 1.0)
@@ -285,7 +285,7 @@ def _bernstein_at_nodes(K: int, mid: np.ndarray, z: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):  # beyond |z| ~ 37 (masses < 1e-300): the log form
         log_ratio_u = np.where(u_m > 1e-300, np.log1p(du / u_m), special.log_ndtr(z) - log_u_m[:, None])
         log_ratio_v = np.where(v_m > 1e-300, np.log1p(-du / v_m), special.log_ndtr(-z) - log_v_m[:, None])
-    low, high = exact._rank_exponents(K)  # noqa: SLF001 (same package: r - 1 and K - r)
+    low, high = exact.rank_exponents(K)
     return b_mid[:, None, :] * np.exp(log_ratio_u[..., None] * low + log_ratio_v[..., None] * high)
 
 
