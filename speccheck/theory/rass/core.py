@@ -567,6 +567,97 @@ def _converged(H: np.ndarray, g: np.ndarray, omega: np.ndarray, zero: np.ndarray
     return 0.0 <= predicted <= VALUE_TOL * scale
 
 
+def _ascent_step(d: float, eps: np.ndarray, zero: np.ndarray, law: RankLaw, ev: exact.ExactAcceptance,
+                 H: np.ndarray, effective: np.ndarray, model: np.ndarray | None):
+    """One ascent step from omega: the first direction whose exact line search ascends, of the
+    Newton step on the face (plus the best entering rank by the gradient, then by the piecewise
+    certificate's effective gradient), the certificate's model weights, and the projected
+    gradient; None when none ascends."""
+    g = ev.gradient[0]
+    for direction in ("newton", "newton-effective", "model", "gradient"):
+        S = ~zero
+        if direction.startswith("newton"):
+            grad_for_entry = g if direction == "newton" else effective
+            lam_entry = float(grad_for_entry @ law.omega)
+            entering = np.nonzero(zero & (grad_for_entry > lam_entry))[0]
+            if entering.size:
+                S = S.copy()
+                S[entering[np.argmax(grad_for_entry[entering])]] = True
+            elif direction == "newton-effective":
+                continue
+            step = _newton_direction(H, g, S)
+            leaving = S & zero & (step < 0)
+            if np.any(leaving):
+                S = S & ~leaving
+                step = _newton_direction(H, g, S)
+        elif direction == "model":
+            if model is None:
+                continue
+            S = ~zero | (model > 0)
+            step = np.where(S, model - law.omega, 0.0)
+        else:
+            step = np.where(S, g - g[S].mean(), 0.0)
+        neg = (step < 0) & S & ~zero
+        t_max, block = np.inf, -1
+        if np.any(neg):
+            ratios = np.where(neg, law.omega / np.where(neg, -step, 1.0), np.inf)
+            block = int(np.argmin(ratios))
+            t_max = float(ratios[block])
+        res = _line_search(d, eps, zero & ~S, step, t_max, block, ev)
+        if res is not None:
+            return res
+    return None
+
+
+class _Bounds(NamedTuple):
+    """The certificates of one iterate: the gap, the piecewise certificate's model weights and
+    effective gradient (None / the gradient when it was not needed), the Hessian and Newton
+    step (None when the Frank-Wolfe gap already certifies), the piecewise certificate."""
+
+    gap: float
+    model: np.ndarray | None
+    effective: np.ndarray
+    H: np.ndarray | None
+    newton_step: np.ndarray | None
+    cert: Certificate | None
+
+
+def _iterate_bounds(d: float, law: RankLaw, ev: exact.ExactAcceptance, zero: np.ndarray, fw: float) -> _Bounds:
+    """The smallest certified gap at omega: Frank-Wolfe, then the second-order set bound at the
+    Newton point's set, the piecewise certificate only where those do not certify, and the
+    polished set bound once below POLISH_GAP (see the module doc)."""
+    g = ev.gradient[0]
+    acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
+    gap, model, effective = fw, None, g
+    H = newton_step = None
+    if fw > GAP_TOL * min(1.0, acc, rej):
+        H = exact.hessian(law, d, ev.crossings[0])
+        newton_step = _face_newton_step(H, g, law.omega, zero)
+        if fw > GAP_TOL:
+            gap = min(gap, _dual_gap(d, law, ev, newton_step))
+    cert = None
+    if fw > GAP_TOL * min(1.0, acc) and (gap > GAP_TOL or gap > rej):
+        cert = certificate(ev.pieces, law.omega)
+        if cert.bound < gap:
+            gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
+    if GAP_TOL < gap <= POLISH_GAP:
+        # near-tangent crossings, or tiny weights whose gradient is set by rounding: the
+        # crossings' rounding error is first order in the other bounds; the polish removes it
+        gap = min(gap, _polished(d, law, ev, cert))
+    return _Bounds(gap, model, effective, H, newton_step, cert)
+
+
+def _final_gap(d: float, law: RankLaw, ev: exact.ExactAcceptance, gap: float) -> float:
+    """The last iterate's gap (``gap``: the bounds found for it, else its Frank-Wolfe gap),
+    tightened by the piecewise certificate and the polished set bound where needed."""
+    acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
+    if ev.pieces and gap > GAP_TOL * min(1.0, acc, rej) and (gap > GAP_TOL or gap > rej):
+        gap = min(gap, certificate(ev.pieces, law.omega).bound)
+    if ev.pieces and GAP_TOL < gap <= POLISH_GAP:
+        gap = min(gap, _polished(d, law, ev, None))
+    return gap
+
+
 def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True) -> RankWeightSolution:
     """Active-set Newton ascent of the exact A (K <= LARGE_K) with its certificates; see the module doc."""
     state = None
@@ -578,32 +669,14 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
     best_fw, stall, it = np.inf, 0, 0
     best_gap, gap_stall = np.inf, 0
     best_state = (np.inf, law, ev)  # the best-certified state (returned if the last is worse)
-    gap = np.inf
-    final_gap = (-1, np.inf)  # (iteration, the dual gap found there)
+    final_gap = (-1, np.inf)  # (iteration, the bound found there beyond Frank-Wolfe)
     for it in range(max_iter):
         g = ev.gradient[0]
         fw = float(g.max() - g @ law.omega)  # Frank-Wolfe gap: the KKT residual
         acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
-        gap, model, effective = fw, None, g
-        H = newton_step = None
-        if fw > GAP_TOL * min(1.0, acc, rej):
-            # the second-order set bound first; the piecewise certificate only when
-            # that does not certify (it also gives the fallback directions)
-            H = exact.hessian(law, d, ev.crossings[0])
-            newton_step = _face_newton_step(H, g, law.omega, zero)
-            if fw > GAP_TOL:
-                gap = min(gap, _dual_gap(d, law, ev, newton_step))
-                final_gap = (it, gap)
-        cert = None
-        if fw > GAP_TOL * min(1.0, acc) and (gap > GAP_TOL or gap > rej):
-            cert = certificate(ev.pieces, law.omega)
-            if cert.bound < gap:
-                gap, model, effective = cert.bound, cert.model_omega, cert.effective_gradient
-                final_gap = (it, gap)
-        if GAP_TOL < gap <= POLISH_GAP:
-            # near-tangent crossings, or tiny weights whose gradient is set by rounding: the
-            # crossings' rounding error is first order in the other bounds; the polish removes it
-            gap = min(gap, _polished(d, law, ev, cert))
+        bounds = _iterate_bounds(d, law, ev, zero, fw)
+        gap = bounds.gap
+        if gap < fw:
             final_gap = (it, gap)
         if gap < best_state[0]:
             best_state = (gap, law, ev)
@@ -623,43 +696,10 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
         best_gap = min(best_gap, gap)
         if best_gap <= STALL_GAP and gap_stall >= STALL_ITER:
             break
-        if H is None:
-            H = exact.hessian(law, d, ev.crossings[0])
-        if gap <= GAP_TOL and _converged(H, g, law.omega, zero, min(1.0, acc, rej), newton_step):
+        H = bounds.H if bounds.H is not None else exact.hessian(law, d, ev.crossings[0])
+        if gap <= GAP_TOL and _converged(H, g, law.omega, zero, min(1.0, acc, rej), bounds.newton_step):
             break
-        res = None
-        for direction in ("newton", "newton-effective", "model", "gradient"):
-            S = ~zero
-            if direction.startswith("newton"):
-                grad_for_entry = g if direction == "newton" else effective
-                lam_entry = float(grad_for_entry @ law.omega)
-                entering = np.nonzero(zero & (grad_for_entry > lam_entry))[0]
-                if entering.size:
-                    S = S.copy()
-                    S[entering[np.argmax(grad_for_entry[entering])]] = True
-                elif direction == "newton-effective":
-                    continue
-                step = _newton_direction(H, g, S)
-                leaving = S & zero & (step < 0)
-                if np.any(leaving):
-                    S = S & ~leaving
-                    step = _newton_direction(H, g, S)
-            elif direction == "model":
-                if model is None:
-                    continue
-                S = ~zero | (model > 0)
-                step = np.where(S, model - law.omega, 0.0)
-            else:
-                step = np.where(S, g - g[S].mean(), 0.0)
-            neg = (step < 0) & S & ~zero
-            t_max, block = np.inf, -1
-            if np.any(neg):
-                ratios = np.where(neg, law.omega / np.where(neg, -step, 1.0), np.inf)
-                block = int(np.argmin(ratios))
-                t_max = float(ratios[block])
-            res = _line_search(d, eps, zero & ~S, step, t_max, block, ev)
-            if res is not None:
-                break
+        res = _ascent_step(d, eps, zero, law, ev, H, bounds.effective, bounds.model)
         if res is None:
             break
         eps, zero, law, ev = res
@@ -667,12 +707,7 @@ def _optimise(d: float, K: int, max_iter: int = MAX_ITER, use_table: bool = True
     roots = ev.crossings[0]
     g = ev.gradient[0]
     fw = float(g.max() - g @ law.omega)
-    gap = min(fw, final_gap[1]) if final_gap[0] == it else fw  # the bounds found for this state
-    # the piecewise certificate tightens the reported gap (only when it is needed)
-    if ev.pieces and gap > GAP_TOL * min(1.0, acc, rej) and (gap > GAP_TOL or gap > rej):
-        gap = min(gap, certificate(ev.pieces, law.omega).bound)
-    if ev.pieces and GAP_TOL < gap <= POLISH_GAP:
-        gap = min(gap, _polished(d, law, ev, None))
+    gap = _final_gap(d, law, ev, min(fw, final_gap[1]) if final_gap[0] == it else fw)
     if best_state[0] < gap:  # an earlier state was certified closer (the gap is at its rounding floor)
         gap, law, ev = best_state
         acc, rej = float(ev.acceptance[0]), float(ev.rejection[0])
