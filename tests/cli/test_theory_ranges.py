@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
-from speccheck import cli
 from speccheck.cli import _options, sweep
-
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
-    assert "Traceback" not in err.getvalue()
-    return code, out.getvalue(), err.getvalue()
+from tests.cli.test_issue_cases import run  # in-process call: (exit code, stdout, stderr), no traceback
 
 
 def test_theory_K_ranges_are_sweeps_syntax():
