@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from speccheck.strict_json import finite_json
+
 #: layer id -> what it tests (the report and ``layers=`` use both spellings)
 LAYERS: dict[str, str] = {
     "L0": "contract",
@@ -48,7 +50,8 @@ class TestResult:
     false-failure rate 0) or "n/a" (cannot fail at this cell; not in the family). ``passed``
     is the final verdict (after Holm for "stat" tests); ``p_value`` is the raw p-value.
     ``mdd``: the minimum detectable deviation, in the statistic's own units, at the suite's
-    power. Non-finite floats serialise as ``None`` (inf is kept as the string "inf").
+    power. In :meth:`as_dict` (strict JSON) every non-finite float is ``null``; an infinite one
+    is also named in ``infinite`` (field -> +1 or -1), so :meth:`from_dict` restores it exactly.
     """
 
     __test__ = False  # not a pytest class
@@ -67,14 +70,19 @@ class TestResult:
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        """JSON-ready dict (non-finite floats: None, or "inf"/"-inf" so they round-trip)."""
+        """Strict-JSON-ready dict: non-finite floats are None (numeric columns for pandas and
+        every JSON reader); ``"infinite": {field: +1 | -1}``, present only when a float field is
+        infinite, keeps the sign for :meth:`from_dict`."""
         d = asdict(self)
+        infinite = {}
         for key in _FLOATS:
             v = d[key]
-            if v is not None and isinstance(v, float) and math.isinf(v):
-                d[key] = "inf" if v > 0 else "-inf"
-            else:
-                d[key] = _float_or_none(v)
+            if isinstance(v, (int, float)) and math.isinf(v):
+                infinite[key] = 1 if v > 0 else -1
+            d[key] = _float_or_none(v)
+        d["extra"] = finite_json(d["extra"])
+        if infinite:
+            d["infinite"] = infinite
         return d
 
     to_dict = as_dict
@@ -93,9 +101,15 @@ class TestResult:
     def from_dict(cls, d: dict) -> TestResult:
         """Inverse of :meth:`as_dict`."""
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        infinite = d.get("infinite") or {}
         for key in _FLOATS:
             v = kw.get(key)
-            kw[key] = float(v) if isinstance(v, str) else _float_from(v)
+            if isinstance(v, str):  # reports written before strict JSON spelled infinities "inf" / "-inf"
+                kw[key] = float(v)
+            elif v is None and infinite.get(key) in (1, -1):
+                kw[key] = math.copysign(math.inf, infinite[key])
+            else:
+                kw[key] = _float_from(v)
         kw["n"] = int(kw.get("n", 0))
         kw["extra"] = dict(kw.get("extra") or {})
         return cls(**kw)
@@ -182,15 +196,16 @@ class BatteryReport:
         return [r for r in self.results if not r.passed]
 
     def to_dict(self) -> dict:
-        """JSON-serialisable; :meth:`from_dict` rebuilds an equal report."""
-        return {
+        """Strict JSON (non-finite floats null, see :meth:`TestResult.as_dict`); :meth:`from_dict`
+        rebuilds an equal report."""
+        return finite_json({
             "verifier": self.verifier, "suite": self.suite, "seed": self.seed, "device": self.device,
             "family_alpha": self.family_alpha, "per_test_alpha": self.per_test_alpha, "passed": self.passed,
             "power": self.power, "scale": self.scale, "layers": list(self.layers),
             "wall_s": self.wall_s, "cpu_s": self.cpu_s, "notes": list(self.notes),
             "results": [r.as_dict() for r in self.results],
             "localisations": [loc.to_dict() for loc in self.localisations],
-        }
+        })
 
     @classmethod
     def from_dict(cls, d: dict) -> BatteryReport:

@@ -59,9 +59,12 @@ class BatteryOutcome:
         return self.verdict == "exact"
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "exit_code": self.exit_code, "reason": self.reason,
-                "layer_mdd": dict(self.layer_mdd),
-                "report": None if self.report is None else self.report.to_dict()}
+        """Strict JSON (non-finite floats null): the verdict, exit code, reason, layer MDDs, report."""
+        from speccheck.strict_json import finite_json
+
+        return finite_json({"verdict": self.verdict, "exit_code": self.exit_code, "reason": self.reason,
+                            "layer_mdd": dict(self.layer_mdd),
+                            "report": None if self.report is None else self.report.to_dict()})
 
 
 def no_verdict(reason: str, report: BatteryReport | None = None) -> BatteryOutcome:
