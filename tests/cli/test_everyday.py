@@ -186,3 +186,27 @@ def test_battery_outputs_are_not_private(atom_suite, tmp_path, capsys):
         os.umask(old)
     assert code == 0, err
     assert {opt: stat.S_IMODE(p.stat().st_mode) for opt, p in paths.items()} == dict.fromkeys(paths, 0o644)
+
+
+# ----------------------------------------------------------------------------- item 5: one speed-up, one answer
+def test_speedup_command_and_api_give_the_same_numbers_for_a_seed(tmp_path, capsys):
+    """The command's default protocol is the API's (the lazy preset): same seed, same record."""
+    import speccheck
+
+    path = tmp_path / "s.json"
+    code, out, err = run_cli(["speedup", "--K", "2", "--L", "2", "--trajectories", "4", "--steps", "8", "--seed", "7",
+                              "--json", str(path)], capsys)
+    assert code == 0, err
+    assert "speed-up" in out  # with a path, the table is still printed
+    record = _strict(path.read_text())
+    outcome = speccheck.speedup("dgrs", 2, 2, trajectories=4, seed=7, overrides={"steps": 8})
+    api_record = json.loads(_output.json_text(outcome.data["result"]))
+    assert record["protocol"]["lazy"] is True and record == api_record
+    code, out, err = run_cli(["speedup", "--K", "2", "--L", "2", "--trajectories", "4", "--steps", "8", "--seed", "7",
+                              "--json", "-"], capsys)
+    assert code == 0 and _strict(out) == record, err  # '-': the record on stdout, nothing else
+
+
+def test_speedup_json_path_is_checked_before_the_run(tmp_path, capsys):
+    code, out, err = run_cli(["speedup", "--K", "2", "--L", "2", "--json", str(tmp_path)], capsys)
+    assert code == 2 and "--json" in err and out == "", (out, err)
