@@ -77,9 +77,13 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Any:
                 disable=not enabled)
 
 
-def progress_wanted(quiet: bool = False) -> bool:
-    """A progress bar may be drawn: stderr is a terminal, no ``--quiet``, no $SPECCHECK_NO_PROGRESS=1."""
+def progress_wanted(quiet: bool = False, *, terminal_only: bool = True) -> bool:
+    """Progress may be shown: no ``--quiet``, no $SPECCHECK_NO_PROGRESS=1, and (``terminal_only``,
+    for a bar redrawn in place) stderr is a terminal. Without a terminal the units of work report
+    in plain lines instead (:class:`speccheck.scale.executors.Progress`)."""
     if quiet or os.environ.get(NO_PROGRESS_ENV, "") not in ("", "0"):
         return False
+    if not terminal_only:
+        return True
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())

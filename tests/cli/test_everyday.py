@@ -210,3 +210,41 @@ def test_speedup_command_and_api_give_the_same_numbers_for_a_seed(tmp_path, caps
 def test_speedup_json_path_is_checked_before_the_run(tmp_path, capsys):
     code, out, err = run_cli(["speedup", "--K", "2", "--L", "2", "--json", str(tmp_path)], capsys)
     assert code == 2 and "--json" in err and out == "", (out, err)
+
+
+# ----------------------------------------------------------------------------- item 7: progress without a terminal
+def test_battery_reports_progress_in_plain_lines_without_a_terminal(atom_suite, capsys, monkeypatch):
+    """stderr captured (not a terminal, as in CI or a notebook): a line per unit when the interval is
+    0; none with --no-progress; stdout and the exit code unchanged."""
+    from speccheck.scale import executors
+
+    monkeypatch.delenv(_output.NO_PROGRESS_ENV, raising=False)
+    monkeypatch.setattr(executors, "PROGRESS_LINE_S", 0.0)
+    code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", atom_suite], capsys)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "units" in line and "done" in line]
+    assert lines and lines[-1].split("units ")[1].split(" ")[0].split("/")[0] == \
+        lines[-1].split("units ")[1].split(" ")[0].split("/")[1]  # the last line: all units done
+    assert "\r" not in err  # lines, not a bar redrawn in place
+    quiet_code, quiet_out, quiet_err = run_cli(["battery", "--verifier", "dgrs", "--suite", atom_suite,
+                                                "--no-progress"], capsys)
+    assert quiet_code == 0 and "done (" not in quiet_err
+    assert quiet_out.splitlines()[:-1] == out.splitlines()[:-1]  # the report is the same (but its timing)
+
+
+def test_progress_lines_are_at_most_one_per_interval(monkeypatch, capsys):
+    from speccheck.scale import executors
+
+    clock = iter([0.0] + [1.0 * i for i in range(1, 60)])  # one unit done per second
+    monkeypatch.setattr(executors.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(executors, "PROGRESS_LINE_S", 10.0)
+    bar = executors.Progress(50, "test")
+    for _ in range(50):
+        bar.step()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5 and lines[-1] == "[test] units 50/50 done (50 s)", lines
+    monkeypatch.setattr(executors.time, "perf_counter", lambda: 0.0)
+    quick = executors.Progress(5, "quick")  # a job shorter than the interval prints nothing
+    for _ in range(5):
+        quick.step()
+    assert capsys.readouterr().err == ""
