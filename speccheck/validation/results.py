@@ -8,6 +8,7 @@ type round-trips exactly through JSON (``to_dict`` / ``from_dict``).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,11 @@ LAYERS: dict[str, str] = {
 KINDS = ("stat", "contract", "n/a")
 
 _FLOATS = ("statistic", "threshold", "p_value", "mdd")
+_CELL_K = re.compile(r"(?:^|,)K=(\d+)(?:,|$)")
+_CELL_DELTA = re.compile(r"^delta=([^,]+),")
+#: the columns of :meth:`BatteryReport.to_frame`
+FRAME_COLUMNS = ("layer", "cell", "test", "kind", "K", "delta_lo", "delta_hi", "statistic", "threshold", "p_value",
+                 "p_holm", "mdd", "n", "passed", "note")
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -91,6 +97,22 @@ class TestResult:
     def name(self) -> str:
         """A one-string name: the trajectory checks' own, else "cell test"."""
         return str(self.extra.get("name") or f"{self.cell} {self.test}")
+
+    @property
+    def where(self) -> tuple[int | None, float, float]:
+        """(K, delta_lo, delta_hi) the test ran at, from its own record: a grid point has
+        delta_lo = delta_hi, a stratum of the continuous layer its [lo, hi); None / NaN where the
+        test names no K or delta (the wrapper, trajectory and sequence layers, pooled tests)."""
+        match = _CELL_K.search(self.cell)
+        K = self.extra.get("K", int(match.group(1)) if match else None)
+        if "lo" in self.extra and "hi" in self.extra:
+            lo, hi = self.extra["lo"], self.extra["hi"]
+        elif "delta" in self.extra:
+            lo = hi = self.extra["delta"]
+        else:
+            point = _CELL_DELTA.match(self.cell)
+            lo = hi = float(point.group(1)) if point else math.nan
+        return (None if K is None else int(K)), _float_from(lo), _float_from(hi)
 
     @property
     def level(self) -> float:
@@ -194,6 +216,33 @@ class BatteryReport:
     @property
     def failures(self) -> list[TestResult]:
         return [r for r in self.results if not r.passed]
+
+    def to_frame(self, failures_only: bool = False) -> Any:
+        """The tests as a pandas DataFrame, one row per test (``failures_only``: the failed ones),
+        columns :data:`FRAME_COLUMNS`: layer, cell, test, kind, ``K`` (nullable integer: <NA> where
+        the test has no K), the delta range ``delta_lo``, ``delta_hi`` (equal at a grid point; NaN
+        where the test names none; see :attr:`TestResult.where`), statistic, threshold, p_value
+        (raw), p_holm (Holm-adjusted; a test fails when it is <= ``family_alpha``), mdd, n, passed,
+        note. Infinite values stay infinite."""
+        import pandas as pd
+
+        rows = []
+        for r in self.results:
+            if failures_only and r.passed:
+                continue
+            K, lo, hi = r.where
+            p_holm = r.extra.get("p_holm")
+            rows.append({"layer": r.layer, "cell": r.cell, "test": r.test, "kind": r.kind, "K": K, "delta_lo": lo,
+                         "delta_hi": hi, "statistic": float(r.statistic), "threshold": float(r.threshold),
+                         "p_value": float(r.p_value), "p_holm": math.nan if p_holm is None else float(p_holm),
+                         "mdd": float(r.mdd), "n": int(r.n), "passed": bool(r.passed), "note": r.note})
+        frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+        frame["K"] = frame["K"].astype("Int64")
+        for column in ("delta_lo", "delta_hi", "statistic", "threshold", "p_value", "p_holm", "mdd"):
+            frame[column] = frame[column].astype(float)
+        frame["n"] = frame["n"].astype("int64")
+        frame["passed"] = frame["passed"].astype(bool)
+        return frame
 
     def to_dict(self) -> dict:
         """Strict JSON (non-finite floats null, see :meth:`TestResult.as_dict`); :meth:`from_dict`

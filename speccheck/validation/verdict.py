@@ -58,6 +58,12 @@ class BatteryOutcome:
     def exact(self) -> bool:
         return self.verdict == "exact"
 
+    def to_frame(self, failures_only: bool = False) -> object:
+        """The report's tests as a pandas DataFrame (:meth:`BatteryReport.to_frame`); when the run
+        did not finish (no report), an empty one with the same columns: a script may always call it."""
+        report = self.report if self.report is not None else BatteryReport("", "", 0, 0.0, 0.0, "")
+        return report.to_frame(failures_only=failures_only)
+
     def to_dict(self) -> dict:
         """Strict JSON (non-finite floats null): the verdict, exit code, reason, layer MDDs, report."""
         from speccheck.strict_json import finite_json
