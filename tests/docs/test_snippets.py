@@ -84,3 +84,16 @@ def test_python_block_runs_as_written(page, line, code, tmp_path):
     assert "Traceback" not in proc.stderr, where
     if "speccheck.battery(\"mypkg.rules:MyRule\"" in code and "print(" in code:
         assert proc.stdout.startswith("exact 0"), (where, proc.stdout[:500])  # the rule ran and passed
+
+
+def test_the_readme_battery_block_runs_without_the_readers_rule(tmp_path):
+    """Without ``mypkg`` (a reader who pastes the block first) the run has no verdict, and the block
+    still runs to its end: ``to_frame()`` is empty, ``report`` is None and the block checks it."""
+    code = next(c for p, _, c, why in BLOCKS if p == "README.md" and "speccheck.battery(" in c)
+    (tmp_path / "block.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "SPECCHECK_NO_PROGRESS": "1"}
+    proc = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=BLOCK_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("no_verdict 2") and "mypkg" in proc.stdout, proc.stdout[:500]
