@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
 ACCEPTANCE_TEST = "acceptance=declared"
 PIT_TESTS = ("ks", "pit-ks")
-#: where the Holm panel draws a failed deterministic check (it has no p-value)
-CONTRACT_SCORE = 20.0
+#: where the Holm panel draws a failed deterministic check (it has no p-value): beyond every p-value
+CONTRACT_SCORE = 320.0
 #: failing tests named on the Holm panel (the rest are counted)
-MAX_LABELS = 8
+MAX_LABELS = 5
 _LAYER_ROWS = ("L0", "L1", "L2", "L3", "L4", "L5", "L6")
 
 
@@ -201,6 +201,8 @@ def _tests_panel(ax: Any, table: Table, family_alpha: float) -> None:
                 ms=9 if bad else 4, mew=2.5, ls="none", alpha=1.0 if bad else 0.6,
                 label=("failed" if bad else "passed") if np.any(sel) else None)
     ax.axvline(-math.log10(family_alpha), color="0.3", ls="--", lw=1.2)
+    ax.set_xscale("symlog", linthresh=10.0)  # linear to 1e-10, then by decades of decades (p down to 1e-300)
+    ax.set_xlim(left=0.0)
     order = np.argsort(-score)
     bad_rows = [i for i in order if failed[i]]
     for j, i in enumerate(bad_rows[:MAX_LABELS]):
