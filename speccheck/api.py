@@ -45,7 +45,7 @@ def _options(layers: Any, Ks: Any, scale: float) -> dict:
 def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any = None, scale: float = 1.0,
             seed: Optional[int] = None, device: str = "cpu", workers: int = 1, scheduler: Optional[str] = None,
             isolate: bool = True, timeout: float = DEFAULT_CELL_TIMEOUT_S, store: Optional[str] = None,
-            progress: bool = False) -> BatteryOutcome:
+            progress: bool = False, threads: Optional[int] = 1) -> BatteryOutcome:
     """Run the battery's ``suite`` (smoke / gate / full or a .toml path) on ``verifier`` and judge it.
 
     ``verifier``: a registered name or ``"package.module:attr"``; an object only with
@@ -55,16 +55,21 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
     otherwise one child process (``isolate=True``, the default: the verifier cannot touch this
     process, its memory is capped, ``timeout`` bounds each cell) or this process
     (``isolate=False``). ``store``: a SQLite results store whose finished units are reused.
+    ``threads``: torch (and BLAS) CPU threads while a verifier *object* runs in this process, the
+    caller's restored after (None: leave them as they are); a spec string's cells run as units of
+    work, one thread each, wherever they run (a child process, this process, Dask workers).
 
     Bad options raise :class:`~speccheck.errors.InputError` before anything runs; everything
     that happens once the run started is in the outcome: a defect, or no verdict with its reason
     (the verifier crashed its process, hung, ran out of memory, could not be loaded, ...).
     """
+    from speccheck.seeding import check_threads, torch_threads
     from speccheck.validation import battery as bt
     from speccheck.validation.results import BatteryReport
     from speccheck.validation.suites import load_suite
 
     seed = bt._check_seed(seed)
+    check_threads(threads)
     options = _options(layers, Ks, scale)
     load_suite(suite)  # an unknown or malformed suite is a bad option (LoadError)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
@@ -78,7 +83,9 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
         if isolate or workers > 1 or scheduler:
             raise errors.InputError("a verifier object runs only in this process (isolate=False); to isolate it, "
                                     "pass its spec string 'package.module:attr'")
-        report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress, **_run_kwargs(options))
+        with torch_threads(threads):
+            report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress,
+                                    **_run_kwargs(options))
         return judge(report)
     from speccheck.scale import jobs
     from speccheck.scale.executors import ALL_MODULES, InProcessExecutor, IsolatedExecutor, make_executor
@@ -114,7 +121,7 @@ def _run_kwargs(options: dict) -> dict:
 
 
 def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, seed: int = 0,
-                       device: str = "cpu", chunk: int = 1 << 16) -> Any:
+                       device: str = "cpu", chunk: int = 1 << 16, threads: Optional[int] = 1) -> Any:
     """Measured acceptance of ``verifier`` at every (delta, K): a pandas DataFrame, one row per
     cell, columns ``rule, delta, K, n, accepted, acceptance, se`` (the binomial standard error
     sqrt(a (1 - a) / n)), ``declared`` (the rule's ``acceptance(delta, K)``, NaN if it declares
@@ -123,19 +130,15 @@ def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, 
 
     Runs in this process: ``n`` rows per cell, s[b, :] i.i.d. N(0, 1), each cell seeded from
     ``seed`` and its (delta, K), in chunks of ``chunk`` rows. ``verifier``: a name,
-    ``"package.module:attr"`` or an object. Bad input raises :class:`~speccheck.errors.InputError`.
+    ``"package.module:attr"`` or an object; ``threads``: torch (and BLAS) CPU threads during the
+    call, the caller's restored after (None: leave them as they are). Bad input raises
+    :class:`~speccheck.errors.InputError`.
     """
-    import math
-
     import numpy as np
     import pandas as pd
-    import torch
 
-    from speccheck.seeding import generator as make_generator
-    from speccheck.seeding import unit_seed
-    from speccheck.theory import list_bound_iid
+    from speccheck.seeding import check_threads, torch_threads
     from speccheck.validation import battery as bt
-    from speccheck.validation.contract import call_verify, check_batch
 
     d = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
     if d.size == 0 or not np.all(np.isfinite(d)) or np.any(d < 0) or np.any(d > 40):
@@ -146,8 +149,26 @@ def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise errors.InputError(f"chunk must be an integer >= 1, got chunk={chunk!r}")
     seed = bt._check_seed(seed)
+    check_threads(threads)
     dev = bt.resolve_device(device)
     v = bt.load_verifier(verifier)
+    with torch_threads(threads):
+        return pd.DataFrame(_acceptance_rows(v, verifier, d, Ks, n, seed, dev, chunk))
+
+
+def _acceptance_rows(v: Any, verifier: Any, d: Any, Ks: list[int], n: int, seed: int, dev: Any,
+                     chunk: int) -> list[dict]:
+    """:func:`measure_acceptance`'s rows, one per (delta, K)."""
+    import math
+
+    import numpy as np
+    import torch
+
+    from speccheck.seeding import generator as make_generator
+    from speccheck.seeding import unit_seed
+    from speccheck.theory import list_bound_iid
+    from speccheck.validation.contract import call_verify, check_batch
+
     rows = []
     for k in Ks:
         for delta in d:
@@ -172,7 +193,7 @@ def measure_acceptance(verifier: Any, deltas: Any, K: Any, n: int = 100_000, *, 
                          "accepted": accepted, "acceptance": a, "se": math.sqrt(a * (1 - a) / n),
                          "declared": declared, "z": (a - declared) / sd if sd > 0 else math.nan,
                          "list_bound": float(list_bound_iid(np.array(delta), k))})
-    return pd.DataFrame(rows)
+    return rows
 
 
 # ----------------------------------------------------------------------------- speed-up, contract, mutants

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -99,19 +99,44 @@ def pinned_global_rngs(seed: int, device: Union[str, torch.device] = "cpu") -> I
 
 
 @contextlib.contextmanager
-def one_thread() -> Iterator[None]:
+def torch_threads(n: Optional[int] = 1) -> Iterator[None]:
+    """Run the body on ``n`` torch threads and at most ``n`` BLAS threads, the caller's settings
+    restored after; ``n`` None leaves them as they are.
+
+    The in-process helpers (``speccheck.sample``, ``SpeculativeSampler.run``, ``run_cells``,
+    ``measure_acceptance``, ``battery(..., isolate=False)``) run inside it with ``n = 1`` by
+    default: on a machine shared with other work, torch's default of one thread per core is
+    several times slower than one thread for these small batches."""
+    if check_threads(n) is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        with threadpool_limits(limits=int(n)):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: the most threads ``threads=`` accepts
+MAX_THREADS = 1024
+
+
+def check_threads(n: Optional[int]) -> Optional[int]:
+    """``n`` if it is None or an integer in [1, MAX_THREADS]; else :class:`InputError` naming ``threads``."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_THREADS):
+        raise InputError(f"threads must be None or an integer in [1, {MAX_THREADS}], got threads={n!r}")
+    return n
+
+
+def one_thread() -> contextlib.AbstractContextManager[None]:
     """Run the body on one torch thread and one BLAS thread (restored after).
 
     A multi-threaded reduction sums in an order set by the thread count, so a dot product of
     20 000 rows can differ in its last bit between a two-thread parent process and a one-thread
     Dask worker. Statistics judged inside this context are bit-identical whichever process
     computes them."""
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1):
-            yield
-    finally:
-        torch.set_num_threads(before)
+    return torch_threads(1)

@@ -62,3 +62,29 @@ class Impossible(DGRS):
         import numpy as np
 
         return np.ones_like(np.asarray(delta, dtype=float))
+
+
+class WrongAtK3(DGRS):
+    """D-GRS whose residual (rejected rows) is shifted by 0.3 where delta > 0.3, only when it is
+    called with K = 3 children: exact at every other K (the failure figure must show K = 3)."""
+
+    name = "wrong-at-k3"
+
+    def verify(self, delta, s, generator=None):
+        s_out, acc, idx = super().verify(delta, s, generator)
+        if s.shape[-1] == 3:
+            s_out = s_out + 0.3 * (~acc) * (delta > 0.3)
+        return s_out, acc, idx
+
+
+class WrongInSmallCalls(DGRS):
+    """D-GRS whose residual is shifted by 0.5 in calls of at most 16 rows: exact in the battery's
+    big batches, wrong in the small calls a sampler makes (the sequence layer, L6)."""
+
+    name = "wrong-in-small-calls"
+
+    def verify(self, delta, s, generator=None):
+        s_out, acc, idx = super().verify(delta, s, generator)
+        if s.shape[0] <= 16:
+            s_out = s_out + 0.5 * (~acc)
+        return s_out, acc, idx

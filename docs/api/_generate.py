@@ -30,6 +30,9 @@ PAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "validation": ("speccheck.validation", ("speccheck.validation.stats", "speccheck.validation.mutants",
                                             "speccheck.validation.verdict")),
     "targets": ("speccheck.targets", ("speccheck.targets",)),
+    "reports": ("Battery reports: results, formats and the failure figure",
+                ("speccheck.validation.results", "speccheck.validation.report", "speccheck.figures.report_fig")),
+    "tables": ("Tables: theory and the results store", ("speccheck.theory.table", "speccheck.scale.results")),
 }
 
 

@@ -31,15 +31,18 @@ def add_executor_args(parser: argparse.ArgumentParser, *, store_default: Optiona
         parser.add_argument("--store", default=store_default, metavar="PATH",
                             help=f"SQLite results store; units already stored are skipped (default {store_default})")
     if progress_option:
-        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-        parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr (as --no-progress)")
+        parser.add_argument("--no-progress", action="store_true",
+                            help="no progress on stderr (a bar on a terminal, else a line every 10 s)")
+        parser.add_argument("--quiet", action="store_true", help="no progress on stderr (as --no-progress)")
 
 
 def show_progress(args: argparse.Namespace) -> bool:
-    """Progress on stderr: not --no-progress / --quiet, stderr a terminal, $SPECCHECK_NO_PROGRESS unset."""
+    """Progress on stderr (not --no-progress / --quiet, $SPECCHECK_NO_PROGRESS unset): a bar on a
+    terminal, else plain lines, at most one every ``PROGRESS_LINE_S`` seconds (a CI log, a notebook)."""
     from speccheck.cli._output import progress_wanted
 
-    return not getattr(args, "no_progress", False) and progress_wanted(getattr(args, "quiet", False))
+    return not getattr(args, "no_progress", False) and progress_wanted(getattr(args, "quiet", False),
+                                                                       terminal_only=False)
 
 
 def battery_progress(args: argparse.Namespace) -> bool:

@@ -187,17 +187,17 @@ def set_threads(threads: Optional[int]) -> None:
         torch.set_num_threads(threads)
 
 
-def add_protocol_args(p: argparse.ArgumentParser, *, lazy_default: bool | None, threads_help: str) -> None:
-    """The Gaussian-mixture protocol options of ``speedup`` and ``sweep`` (a preset plus overrides).
-    ``lazy_default`` None: lazy when the tree has more than 20000 nodes."""
+def add_protocol_args(p: argparse.ArgumentParser, *, threads_help: str) -> None:
+    """The Gaussian-mixture protocol options of ``speedup`` and ``sweep`` (a preset plus overrides);
+    their defaults are the preset's, as in :func:`speccheck.sampler.experiments.preset`."""
     p.add_argument("--target", default="gmm-paper", choices=["gmm-paper", "gmm-d512"],
                    help="preset (gmm-paper: d=500, eps=0.1, uniform grid, leaves evaluated; gmm-d512: "
                         "d=512, eps=0.06, flow grid with deterministic ends, leaves not evaluated)")
     p.add_argument("--trajectories", type=int, default=100, help="trajectories per cell, in [2, 100000]")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=lazy_default,
-                   help="realise only visited branches (same law and NFE); default: "
-                        + ("lazy" if lazy_default else "lazy when the tree has more than 20000 nodes"))
+    p.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=True,
+                   help="realise only visited branches (same law and NFE as --no-lazy, other draws; default: lazy, "
+                        "the preset's and speccheck.api's default)")
     p.add_argument("--prefetch", choices=["nearest", "parent", "none"], default=None)
     p.add_argument("--leaves", action=argparse.BooleanOptionalAction, default=None,
                    help="evaluate leaves too (|V| rows per round) or not (|I| rows)")

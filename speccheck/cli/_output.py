@@ -24,16 +24,42 @@ def json_text(obj: Any) -> str:
     return dumps(obj, default=float, indent=2)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc), else set and
+    put back at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text(path: str, text: str | bytes, option: str) -> None:
-    """Write atomically (temporary file + rename); an OSError becomes exit 2 naming ``option``."""
+    """Write atomically (temporary file + rename); an OSError becomes exit 2 naming ``option``.
+
+    The file gets the mode ``open`` would give it: an existing file keeps its mode, a new one
+    is 0o666 less the umask (the temporary file is created 0o600, which a rename would keep)."""
     folder = os.path.dirname(os.path.abspath(path))
+    tmp = None
     try:
         mode = "wb" if isinstance(text, bytes) else "w"
+        try:
+            perms = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            perms = 0o666 & ~_umask()
         with tempfile.NamedTemporaryFile(mode, dir=folder, prefix=".speccheck-", delete=False) as fh:
-            fh.write(text)
             tmp = fh.name
+            fh.write(text)
+            os.chmod(tmp, perms)
         os.replace(tmp, path)
     except OSError as exc:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
         raise UsageError(f"{option} {path!r} could not be written ({exc.strerror or exc})") from None
 
 
@@ -51,9 +77,13 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Any:
                 disable=not enabled)
 
 
-def progress_wanted(quiet: bool = False) -> bool:
-    """A progress bar may be drawn: stderr is a terminal, no ``--quiet``, no $SPECCHECK_NO_PROGRESS=1."""
+def progress_wanted(quiet: bool = False, *, terminal_only: bool = True) -> bool:
+    """Progress may be shown: no ``--quiet``, no $SPECCHECK_NO_PROGRESS=1, and (``terminal_only``,
+    for a bar redrawn in place) stderr is a terminal. Without a terminal the units of work report
+    in plain lines instead (:class:`speccheck.scale.executors.Progress`)."""
     if quiet or os.environ.get(NO_PROGRESS_ENV, "") not in ("", "0"):
         return False
+    if not terminal_only:
+        return True
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())

@@ -45,8 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", nargs="+", default=None, help="only these layers (e.g. L1 L3)")
     p.add_argument("--K", type=int, nargs="+", default=None, help="only these draft counts")
     p.add_argument("--scale", type=float, default=None, help="multiply the suite's draw counts")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr (as --no-progress)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (a bar on a terminal, else a line every 10 s)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (as --no-progress)")
     add_timeout(p, "battery cell", TIMEOUT_BATTERY_CELL_S)
     add_executor_args(p, store_default=None, workers_default="1", progress_option=False)
     p.set_defaults(func=run)

@@ -18,11 +18,12 @@ from speccheck.cli._options import (
     check_float,
     check_int,
     check_memory,
+    check_output_file,
     check_seed,
     check_timeout,
     check_tree,
 )
-from speccheck.cli._output import json_text
+from speccheck.cli._output import json_text, write_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,8 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verifier", default="dgrs", help="name or package.module:attr")
     p.add_argument("--K", type=int, default=6, help=f"draft width, in [1, {MAX_K}]")
     p.add_argument("--L", type=int, default=6, help=f"draft depth, in [1, {MAX_L}]; |V| <= {MAX_TREE_NODES}")
-    add_protocol_args(p, lazy_default=None, threads_help="torch CPU threads, in [1, 256] (default 1)")
-    p.add_argument("--json", action="store_true")
+    add_protocol_args(p, threads_help="torch CPU threads, in [1, 256] (default 1)")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="write the run's record as JSON to PATH ('-': print it on stdout instead of the table)")
     p.add_argument("--alpha", type=float, default=THEORY_ALPHA,
                    help="false-failure rate of the theory check: exit 1 when the acceptance calibration z rejects "
                         f"the verifier's acceptance law (two-sided), in (0, 1) (default {THEORY_ALPHA:g})")
@@ -55,7 +57,9 @@ def _overrides(args: argparse.Namespace) -> dict:
         check_float(args.eps, "--eps", 0.0, 1.0, low_open=True, high_open=True)
     check_timeout(args.timeout)
     check_float(args.alpha, "--alpha", 0.0, 1.0, low_open=True, high_open=True)
-    lazy = nodes > 20_000 if args.lazy is None else args.lazy
+    if args.json != "-":
+        check_output_file(args.json, "--json")
+    lazy = args.lazy  # the preset's default (lazy), as speccheck.api.speedup: one seed, one set of numbers
     rows = args.K * args.L + 1 if lazy else nodes   # rows realised per round and trajectory
     check_memory(8.0 * 4 * args.trajectories * rows * 512, f"--trajectories {args.trajectories} with "
                  f"--K {args.K} --L {args.L}{'' if lazy else ' (not lazy)'}")
@@ -82,10 +86,14 @@ def run(args: argparse.Namespace) -> int:
                       seed=args.seed, overrides=overrides, threads=args.threads, alpha=args.alpha,
                       timeout=args.timeout)
     out = outcome.data["result"]
-    if args.json:
-        print(json_text(out if out is not None else {"verdict": outcome.verdict, "reason": outcome.reason}))
+    record = out if out is not None else {"verdict": outcome.verdict, "reason": outcome.reason}
+    to_stdout = args.json == "-"
+    if to_stdout:
+        print(json_text(record))
     elif out is not None:  # None: the run itself was a defect (the lines below say which)
         _print_table(out, outcome.data["target"])
     for line in outcome.lines:
-        print(line, file=sys.stdout if not args.json else sys.stderr)
+        print(line, file=sys.stderr if to_stdout else sys.stdout)
+    if args.json and not to_stdout:
+        write_json(args.json, record, "--json")
     return outcome.exit_code

@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="false-failure rate of the theory check: exit 1 when a cell's acceptance calibration z "
                         "rejects its verifier's acceptance law (two-sided, Holm over the cells; default "
                         f"{THEORY_ALPHA:g})")
-    add_protocol_args(p, lazy_default=True, threads_help="torch CPU threads per unit (default 1)")
+    add_protocol_args(p, threads_help="torch CPU threads per unit (default 1)")
     add_executor_args(p)
     add_timeout(p, "cell (or chunk)", TIMEOUT_SPEEDUP_S)
     p.set_defaults(func=run)

@@ -47,6 +47,7 @@ import torch
 
 from speccheck.errors import DeviceError, InputError
 from speccheck.sampler.tree import DraftTree
+from speccheck.seeding import torch_threads
 from speccheck.targets.base import denoised_from_velocity
 from speccheck.targets.schedules import Schedule
 
@@ -482,13 +483,20 @@ class SpeculativeSampler:
 
     # ------------------------------------------------------------------ driver
     def run(self, x0: torch.Tensor, generator: torch.Generator, cond: Optional[torch.Tensor] = None,
-            record_states: bool = False, depth_cap: Optional[torch.Tensor] = None) -> SamplerResult:
+            record_states: bool = False, depth_cap: Optional[torch.Tensor] = None, *,
+            threads: Optional[int] = 1) -> SamplerResult:
         """Sample len(x0) trajectories from initial states x0: [n, *state_shape].
 
         cond: [n] per-trajectory conditioning passed to the target; depth_cap: [n] optional
         per-trajectory depth L_b <= tree.L (trajectory b uses T|L_b: one batch can hold several
         (K, L) cells of the same width). All work happens on x0's device; ``generator`` must be
-        on it."""
+        on it. ``threads``: torch (and BLAS) CPU threads during the run, the caller's restored
+        after (:func:`speccheck.seeding.torch_threads`; None: leave them as they are)."""
+        with torch_threads(threads):
+            return self._run(x0, generator, cond, record_states, depth_cap)
+
+    def _run(self, x0: torch.Tensor, generator: torch.Generator, cond: Optional[torch.Tensor],
+             record_states: bool, depth_cap: Optional[torch.Tensor]) -> SamplerResult:
         run = self._start(x0, generator, cond, record_states, depth_cap)
         last_step = self.schedule.N - 1
         while True:

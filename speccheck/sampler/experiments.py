@@ -37,7 +37,7 @@ from speccheck.sampler.core import (
     verifier_name,
 )
 from speccheck.sampler.tree import DraftTree, chain, uniform_tree
-from speccheck.seeding import generator
+from speccheck.seeding import generator, torch_threads
 from speccheck.targets.gmm import GMM_PRESETS, gmm_preset
 from speccheck.targets.schedules import Schedule, make_schedule
 
@@ -173,7 +173,7 @@ def _check_outputs(outputs: Sequence[str]) -> tuple[str, ...]:
 
 def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_traj: int, seed: int,
               max_nodes: int = 400_000, device: str | torch.device = "cpu", *,
-              outputs: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
+              outputs: Sequence[str] = (), threads: Optional[int] = 1) -> tuple[list[dict], list[dict]]:
     """Run cells (K, L) for L in Ls with one verifier; all L share one batched run (per-trajectory
     depth caps). Returns (per-trajectory rows, per-cell summaries).
 
@@ -185,12 +185,16 @@ def run_cells(proto: Protocol, verifier: object, K: int, Ls: Sequence[int], n_tr
     state (the summary's ``trajectories`` stays the count; recorded only when asked: memory
     n_traj x len(Ls) x (N + 1) x d floats); "acceptance" -> ``accepted_per_step`` and
     ``verified_per_step`` [N] (verifications of step k -> k + 1 that accepted a child, and all).
-    Counters and every other number are the same with or without."""
+    Counters and every other number are the same with or without.
+
+    ``threads``: torch (and BLAS) CPU threads during the run, the caller's restored after (None:
+    leave them as they are)."""
     _check_cells(K, Ls, n_traj, seed, max_nodes)
     outputs = _check_outputs(outputs)
     rule = resolve_verifier(verifier)
-    schedule, trees, chunks = _run_batch(proto, rule, K, Ls, n_traj, seed, max_nodes, device,
-                                         record="trajectories" in outputs)
+    with torch_threads(threads):
+        schedule, trees, chunks = _run_batch(proto, rule, K, Ls, n_traj, seed, max_nodes, device,
+                                             record="trajectories" in outputs)
     rows, summaries = [], []
     for index, (L, tree) in enumerate(zip(Ls, trees)):
         first = index * n_traj
@@ -221,11 +225,12 @@ def _run_batch(proto: Protocol, rule: object, K: int, Ls: Sequence[int], n_traj:
     gen = generator(seed, device)
     x0 = torch.randn(depth_caps.numel(), target.d, generator=gen, dtype=torch.float64, device=device)
     if proto.lazy:
-        chunks = [(slice(0, depth_caps.numel()), sampler.run(x0, gen, record_states=record, depth_cap=depth_caps))]
+        chunks = [(slice(0, depth_caps.numel()), sampler.run(x0, gen, record_states=record, depth_cap=depth_caps,
+                                                              threads=None))]
     else:  # eager: chunk trajectories so one round holds <= max_nodes tree nodes
         per_chunk = max(1, max_nodes // batch_tree.n_nodes)
         spans = [slice(i, i + per_chunk) for i in range(0, depth_caps.numel(), per_chunk)]
-        chunks = [(span, sampler.run(x0[span], gen, record_states=record, depth_cap=depth_caps[span]))
+        chunks = [(span, sampler.run(x0[span], gen, record_states=record, depth_cap=depth_caps[span], threads=None))
                   for span in spans]
     return schedule, trees, chunks
 
@@ -344,10 +349,10 @@ def _merge_results(results: list[SamplerResult]) -> SamplerResult:
 
 
 def speedup_run(proto: Protocol, verifier: str, K: int, L: int, n_traj: int, seed: int, *,
-                outputs: Sequence[str] = ()) -> dict:
+                outputs: Sequence[str] = (), threads: Optional[int] = 1) -> dict:
     """One cell with the full record (the ``speccheck speedup`` JSON); ``outputs`` adds the
-    arrays of :func:`run_cells` (not JSON: leave it empty for the record)."""
-    _, summ = run_cells(proto, verifier, K, [L], n_traj, seed, outputs=outputs)
+    arrays of :func:`run_cells` (not JSON: leave it empty for the record); ``threads`` as there."""
+    _, summ = run_cells(proto, verifier, K, [L], n_traj, seed, outputs=outputs, threads=threads)
     return speedup_record(proto, summ[0])
 
 

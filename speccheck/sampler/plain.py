@@ -19,6 +19,7 @@ from typing import Optional, Union
 import torch
 
 from speccheck.errors import InputError
+from speccheck.seeding import torch_threads
 from speccheck.targets.schedules import Schedule
 
 __all__ = ["PlainResult", "sample"]
@@ -78,14 +79,17 @@ def _initial_states(target: object, n: int, gen: torch.Generator, device: torch.
 
 def sample(target: object, schedule: Schedule, n: int, *, generator: Union[torch.Generator, int],
            return_trajectories: bool = False, device: Optional[Union[str, torch.device]] = None,
-           x0: Optional[torch.Tensor] = None, cond: Optional[torch.Tensor] = None) -> PlainResult:
+           x0: Optional[torch.Tensor] = None, cond: Optional[torch.Tensor] = None,
+           threads: Optional[int] = 1) -> PlainResult:
     """Draw ``n`` samples with the plain churn sampler (no speculation; module docstring).
 
     ``target``: a VelocityModel (``velocity(x, t, cond)``, ``state_shape``); ``schedule``: a
     :class:`~speccheck.targets.schedules.Schedule`; ``generator``: a torch.Generator (its device
     is the run's device) or an integer seed (a generator on ``device``, default CPU);
     ``return_trajectories``: also keep every state (memory n x (N + 1) x state size); ``x0``:
-    starting states instead of drawing them; ``cond``: [n] conditioning passed to the target.
+    starting states instead of drawing them; ``cond``: [n] conditioning passed to the target;
+    ``threads``: torch (and BLAS) CPU threads during the call, the caller's restored after (None:
+    leave them as they are).
     Bad input raises :class:`~speccheck.errors.InputError` (or DeviceError for a generator on
     another device than ``device``)."""
     from speccheck.sampler.core import _check_generator
@@ -101,7 +105,13 @@ def sample(target: object, schedule: Schedule, n: int, *, generator: Union[torch
     _check_generator(gen, run_device)
     if cond is not None and (not isinstance(cond, torch.Tensor) or cond.shape[:1] != (n,)):
         raise InputError(f"cond must be None or a tensor of n={n} rows, got {getattr(cond, 'shape', cond)!r}")
-    x = _initial_states(target, n, gen, run_device, x0)
+    with torch_threads(threads):
+        x = _initial_states(target, n, gen, run_device, x0)
+        return _run_plain(target, schedule, x, gen, run_device, cond, return_trajectories)
+
+
+def _run_plain(target: object, schedule: Schedule, x: torch.Tensor, gen: torch.Generator, run_device: torch.device,
+               cond: Optional[torch.Tensor], return_trajectories: bool) -> PlainResult:
     trajectories = None
     if return_trajectories:
         trajectories = x.new_empty(x.shape[0], schedule.N + 1, *x.shape[1:])

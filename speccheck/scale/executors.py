@@ -111,16 +111,23 @@ def _keep_template_modules() -> None:
         distributed.utils._forkserver_preload_set = True
 
 
+#: seconds between two progress lines where stderr is not a terminal (a CI log, a notebook)
+PROGRESS_LINE_S = 10.0
+
+
 class Progress:
     """Units done on stderr: a tqdm bar on a terminal (shown once the job has run ~2 s), else
-    ``[label] units done/total`` log lines (about ten), or nothing when not ``enabled``."""
+    plain ``[label] units done/total`` lines, at most one every :data:`PROGRESS_LINE_S` seconds
+    (and the last one when the job ran that long), or nothing when not ``enabled``."""
 
     def __init__(self, total: int, label: str, enabled: bool = True) -> None:
         self.total, self.label, self.done = total, label, 0
         self.enabled = enabled and total > 0
-        self.start = time.perf_counter()
+        self.start = self._last = time.perf_counter()
+        self._printed = False
         self._bar = None
-        if self.enabled and sys.stderr.isatty():
+        isatty = getattr(sys.stderr, "isatty", None)
+        if self.enabled and isatty is not None and isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=f"[{label}] units", unit="unit", file=sys.stderr, delay=2.0,
@@ -135,9 +142,12 @@ class Progress:
             if self.done == self.total:
                 self._bar.close()
             return
-        line = f"[{self.label}] units {self.done}/{self.total} done ({time.perf_counter() - self.start:.0f} s)"
-        if self.done == self.total or self.done % max(1, self.total // 10) == 0:  # a log: about ten lines
-            print(line, file=sys.stderr, flush=True)
+        now = time.perf_counter()
+        last = self.done == self.total and (self._printed or now - self.start >= PROGRESS_LINE_S)
+        if last or now - self._last >= PROGRESS_LINE_S:
+            print(f"[{self.label}] units {self.done}/{self.total} done ({now - self.start:.0f} s)", file=sys.stderr,
+                  flush=True)
+            self._last, self._printed = now, True
 
 
 class InProcessExecutor:

@@ -16,11 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union
 
-import numpy as np
-
 from speccheck.errors import FileFormatError, InputError
 from speccheck.scale.executors import Executor, InProcessExecutor
 from speccheck.scale.store import ResultsStore
+from speccheck.scale.tables import SUMMARY_FIELDS, TRAJECTORY_FIELDS, summary_row
 from speccheck.scale.units import Unit, plain, suite_digest
 from speccheck.verifiers.registry import source_digest
 
@@ -105,11 +104,6 @@ class _Judged:
 
 
 # ----------------------------------------------------------------------------- sweeps
-SUMMARY_FIELDS = ["rule", "K", "L", "tree", "B", "trajectories", "speedup", "speedup_se", "nfe_mean",
-                  "predicted_nfe", "predicted_speedup", "speedup_no_warmup", "acceptance", "calibration_z",
-                  "nfe_z", "nfe_gap_se"]
-
-
 def sweep_units(proto: Protocol, verifiers: Sequence[str], cells: Iterable[tuple[int, int]], n_traj: int,
                 seed: int, chunk: Optional[int] = None) -> tuple[dict, list[Unit]]:
     """The sweep's spec (protocol, trajectories per cell, seed) and one unit per (rule, K, L),
@@ -197,18 +191,6 @@ def _run_chunked(units: Sequence[Unit], proto: Protocol, spec: dict, *, job: str
     finally:
         if opened is not store and opened is not None:
             opened.close()
-
-
-def summary_row(result: dict) -> dict:
-    """A sweep cell's summary row (SUMMARY_FIELDS) from its stored result."""
-    summary = result["summary"]
-    speedups = np.asarray(result["trajectories"]["speedup"], dtype=float)
-    nfe = np.asarray(result["trajectories"]["nfe"], dtype=float)
-    return {"rule": summary["rule"], "K": int(summary["K"]), "L": int(summary["L"]), "tree": summary["tree"],
-            "B": int(summary["B"]), "trajectories": int(speedups.size), "speedup": float(speedups.mean()),
-            "speedup_se": float(speedups.std(ddof=1) / math.sqrt(speedups.size)) if speedups.size > 1 else math.nan,
-            "nfe_mean": float(nfe.mean()),
-            **{k: float(summary.get(k, math.nan)) for k in SUMMARY_FIELDS[9:]}}
 
 
 def _log_cell(log: Log) -> Callable[[Unit, dict], None]:
@@ -431,10 +413,6 @@ def write_summary_files(rows: Sequence[dict], out_dir: str) -> None:
         writer.writerows(rows)
     with open(os.path.join(out_dir, "summary.md"), "w") as fh:
         fh.write(format_sweep(rows) + "\n")
-
-
-TRAJECTORY_FIELDS = ["rule", "K", "L", "tree", "B", "seed", "traj", "nfe", "root_calls", "det_calls", "rounds",
-                     "accepted", "verified", "stochastic_steps", "speedup"]
 
 
 def export_trajectories(store: StoreArg, name: str, path: str) -> int:

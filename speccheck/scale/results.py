@@ -112,23 +112,27 @@ _TEST_FLOATS = ("statistic", "threshold", "p_value", "mdd")
 _TEST_COLUMN = {"kind": "test_kind"}  # "kind" is the job's
 
 
-def _number(value: Any) -> float:
-    """A stored float: None (a non-finite value written as null) is NaN, "inf"/"-inf" infinite."""
-    return math.nan if value is None else float(value)
+def _number(value: Any, sign: Any = None) -> float:
+    """A stored float: None (a non-finite value written as null) is NaN, or infinite with the
+    ``sign`` (+1 / -1) its test's ``infinite`` map names; "inf"/"-inf" (older reports) infinite."""
+    if value is None:
+        return math.copysign(math.inf, sign) if sign in (1, -1) else math.nan
+    return float(value)
 
 
 def _cell_rows(job: str, kind: str, unit: dict) -> list[dict]:
     """The tidy rows of one stored unit: a sweep cell's summary, each test of a battery report,
     or a calibration record."""
-    from speccheck.scale import jobs
+    from speccheck.scale.tables import summary_row
 
     result = unit["result"]
     head = {"job": job, "kind": kind, "unit_key": unit["unit_key"], "seed": unit["seed"]}
     if kind == "sweep":
-        return [{**head, **jobs.summary_row(result)}]
+        return [{**head, **summary_row(result)}]
     if kind.startswith(("battery", "mutants")) and isinstance(result.get("results"), list):
         return [{**head, "verifier": result.get("verifier") or str(unit["unit_key"]).split("/")[0],
-                 **{_TEST_COLUMN.get(k, k): _number(test.get(k)) if k in _TEST_FLOATS else test.get(k)
+                 **{_TEST_COLUMN.get(k, k): _number(test.get(k), (test.get("infinite") or {}).get(k))
+                    if k in _TEST_FLOATS else test.get(k)
                     for k in TEST_FIELDS}}
                 for test in result["results"]]
     if kind == "calibration":
@@ -137,7 +141,7 @@ def _cell_rows(job: str, kind: str, unit: dict) -> list[dict]:
 
 
 def _trajectory_rows(job: str, unit: dict) -> list[dict]:
-    from speccheck.scale.jobs import TRAJECTORY_FIELDS
+    from speccheck.scale.tables import TRAJECTORY_FIELDS
 
     result = unit["result"]
     summary, columns = result["summary"], result["trajectories"]

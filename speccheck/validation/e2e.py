@@ -300,7 +300,8 @@ def draw_e2e(cfg: E2EConfig, model: Optional[LoadedModel] = None,
                     "state_shape": list(shape)}
 
     t0 = time.time()
-    res = sampler.run(x0, seeded_generator(cfg.seed + 1, cfg.device), cond=cond, record_states=cfg.innovation)
+    res = sampler.run(x0, seeded_generator(cfg.seed + 1, cfg.device), cond=cond, record_states=cfg.innovation,
+                      threads=None)  # the threads the e2e run was given (--threads), not the sampler's default
     report["wall_s_speculative"] = round(time.time() - t0, 2)
     log(f"speculative run: {report['wall_s_speculative']} s")
     t0 = time.time()

@@ -65,12 +65,31 @@ def refine_window(screen: Screen | None, lo: float, hi: float, parts: int) -> tu
     return (float(a), float(b)) if p_best * parts <= 0.01 else (lo, hi)
 
 
+def effect(r: TestResult) -> float:
+    """How far a failing test's statistic lies beyond its rejection threshold, in units of that
+    threshold (|statistic| / threshold: > 1 rejects; the statistics of the regions are KS
+    distances and acceptance shifts, on one probability scale). Unlike the p-value it does not
+    grow with the rows a region happened to get: it ranks where the law is most wrong."""
+    if not (math.isfinite(r.threshold) and r.threshold > 0):
+        return math.inf if math.isfinite(r.statistic) or math.isinf(r.statistic) else 0.0
+    value = abs(r.statistic) / r.threshold
+    return value if math.isfinite(value) else math.inf
+
+
+def _touches(a: tuple[float, float, int], b: tuple[float, float, int]) -> bool:
+    """Two regions at one K that are the same, overlap or share an edge (one stratum or neighbours)."""
+    return a[2] == b[2] and a[0] <= b[1] and b[0] <= a[1]
+
+
 def candidates(failures: list[TestResult], max_candidates: int) -> list[tuple[float, float, int, str]]:
-    """(lo, hi, K, source) of the failing statistical tests that name a delta region: first the most
-    significant region of EVERY failing K (uncapped: each failing K is named), then further regions,
-    most significant first, while there are fewer than ``max_candidates``."""
-    regions = []
-    for r in sorted((r for r in failures if r.kind == "stat"), key=lambda r: r.p_value):
+    """(lo, hi, K, source) of the failing statistical tests that name a delta region: first the
+    region of largest :func:`effect` of EVERY failing K (uncapped: each failing K is named), then
+    further regions while there are fewer than ``max_candidates``, largest effect first, regions
+    apart from those already chosen (another stratum, not a neighbour) before the rest. Ties go to
+    the smaller p-value."""
+    regions: list[tuple[tuple[float, float, int], str]] = []
+    ranked = sorted((r for r in failures if r.kind == "stat"), key=lambda r: (-effect(r), r.p_value))
+    for r in ranked:
         if r.layer == "L5" and "lo" in r.extra:
             key = (float(r.extra["lo"]), float(r.extra["hi"]), int(r.extra["K"]))
         elif r.layer in ("L1", "L2") and "delta" in r.extra:
@@ -79,15 +98,16 @@ def candidates(failures: list[TestResult], max_candidates: int) -> list[tuple[fl
             continue
         if key not in [k for k, _ in regions]:
             regions.append((key, f"{r.layer} {r.cell} {r.test}"))
-    first = {}
+    first: dict[int, tuple] = {}
     for key, source in regions:
         first.setdefault(key[2], (key, source))
     chosen = list(first.values())
-    for item in regions:
-        if len(chosen) >= max_candidates:
-            break
-        if item not in chosen:
-            chosen.append(item)
+    for spread in (True, False):  # first regions apart from the chosen ones, then any
+        for item in regions:
+            if len(chosen) >= max_candidates:
+                break
+            if item not in chosen and not (spread and any(_touches(item[0], c[0]) for c in chosen)):
+                chosen.append(item)
     return [(*key, source) for key, source in chosen]
 
 

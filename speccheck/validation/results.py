@@ -8,8 +8,11 @@ type round-trips exactly through JSON (``to_dict`` / ``from_dict``).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from speccheck.strict_json import finite_json
 
 #: layer id -> what it tests (the report and ``layers=`` use both spellings)
 LAYERS: dict[str, str] = {
@@ -27,6 +30,11 @@ LAYERS: dict[str, str] = {
 KINDS = ("stat", "contract", "n/a")
 
 _FLOATS = ("statistic", "threshold", "p_value", "mdd")
+_CELL_K = re.compile(r"(?:^|,)K=(\d+)(?:,|$)")
+_CELL_DELTA = re.compile(r"^delta=([^,]+),")
+#: the columns of :meth:`BatteryReport.to_frame`
+FRAME_COLUMNS = ("layer", "cell", "test", "kind", "K", "delta_lo", "delta_hi", "statistic", "threshold", "p_value",
+                 "p_holm", "mdd", "n", "passed", "note")
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -48,7 +56,8 @@ class TestResult:
     false-failure rate 0) or "n/a" (cannot fail at this cell; not in the family). ``passed``
     is the final verdict (after Holm for "stat" tests); ``p_value`` is the raw p-value.
     ``mdd``: the minimum detectable deviation, in the statistic's own units, at the suite's
-    power. Non-finite floats serialise as ``None`` (inf is kept as the string "inf").
+    power. In :meth:`as_dict` (strict JSON) every non-finite float is ``null``; an infinite one
+    is also named in ``infinite`` (field -> +1 or -1), so :meth:`from_dict` restores it exactly.
     """
 
     __test__ = False  # not a pytest class
@@ -67,14 +76,19 @@ class TestResult:
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        """JSON-ready dict (non-finite floats: None, or "inf"/"-inf" so they round-trip)."""
+        """Strict-JSON-ready dict: non-finite floats are None (numeric columns for pandas and
+        every JSON reader); ``"infinite": {field: +1 | -1}``, present only when a float field is
+        infinite, keeps the sign for :meth:`from_dict`."""
         d = asdict(self)
+        infinite = {}
         for key in _FLOATS:
             v = d[key]
-            if v is not None and isinstance(v, float) and math.isinf(v):
-                d[key] = "inf" if v > 0 else "-inf"
-            else:
-                d[key] = _float_or_none(v)
+            if isinstance(v, (int, float)) and math.isinf(v):
+                infinite[key] = 1 if v > 0 else -1
+            d[key] = _float_or_none(v)
+        d["extra"] = finite_json(d["extra"])
+        if infinite:
+            d["infinite"] = infinite
         return d
 
     to_dict = as_dict
@@ -85,6 +99,22 @@ class TestResult:
         return str(self.extra.get("name") or f"{self.cell} {self.test}")
 
     @property
+    def where(self) -> tuple[int | None, float, float]:
+        """(K, delta_lo, delta_hi) the test ran at, from its own record: a grid point has
+        delta_lo = delta_hi, a stratum of the continuous layer its [lo, hi); None / NaN where the
+        test names no K or delta (the wrapper, trajectory and sequence layers, pooled tests)."""
+        match = _CELL_K.search(self.cell)
+        K = self.extra.get("K", int(match.group(1)) if match else None)
+        if "lo" in self.extra and "hi" in self.extra:
+            lo, hi = self.extra["lo"], self.extra["hi"]
+        elif "delta" in self.extra:
+            lo = hi = self.extra["delta"]
+        else:
+            point = _CELL_DELTA.match(self.cell)
+            lo = hi = float(point.group(1)) if point else math.nan
+        return (None if K is None else int(K)), _float_from(lo), _float_from(hi)
+
+    @property
     def level(self) -> float:
         """The level on the p-value of a p-value test (the trajectory checks): its threshold."""
         return self.threshold
@@ -93,9 +123,15 @@ class TestResult:
     def from_dict(cls, d: dict) -> TestResult:
         """Inverse of :meth:`as_dict`."""
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        infinite = d.get("infinite") or {}
         for key in _FLOATS:
             v = kw.get(key)
-            kw[key] = float(v) if isinstance(v, str) else _float_from(v)
+            if isinstance(v, str):  # reports written before strict JSON spelled infinities "inf" / "-inf"
+                kw[key] = float(v)
+            elif v is None and infinite.get(key) in (1, -1):
+                kw[key] = math.copysign(math.inf, infinite[key])
+            else:
+                kw[key] = _float_from(v)
         kw["n"] = int(kw.get("n", 0))
         kw["extra"] = dict(kw.get("extra") or {})
         return cls(**kw)
@@ -181,16 +217,44 @@ class BatteryReport:
     def failures(self) -> list[TestResult]:
         return [r for r in self.results if not r.passed]
 
+    def to_frame(self, failures_only: bool = False) -> Any:
+        """The tests as a pandas DataFrame, one row per test (``failures_only``: the failed ones),
+        columns :data:`FRAME_COLUMNS`: layer, cell, test, kind, ``K`` (nullable integer: <NA> where
+        the test has no K), the delta range ``delta_lo``, ``delta_hi`` (equal at a grid point; NaN
+        where the test names none; see :attr:`TestResult.where`), statistic, threshold, p_value
+        (raw), p_holm (Holm-adjusted; a test fails when it is <= ``family_alpha``), mdd, n, passed,
+        note. Infinite values stay infinite."""
+        import pandas as pd
+
+        rows = []
+        for r in self.results:
+            if failures_only and r.passed:
+                continue
+            K, lo, hi = r.where
+            p_holm = r.extra.get("p_holm")
+            rows.append({"layer": r.layer, "cell": r.cell, "test": r.test, "kind": r.kind, "K": K, "delta_lo": lo,
+                         "delta_hi": hi, "statistic": float(r.statistic), "threshold": float(r.threshold),
+                         "p_value": float(r.p_value), "p_holm": math.nan if p_holm is None else float(p_holm),
+                         "mdd": float(r.mdd), "n": int(r.n), "passed": bool(r.passed), "note": r.note})
+        frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+        frame["K"] = frame["K"].astype("Int64")
+        for column in ("delta_lo", "delta_hi", "statistic", "threshold", "p_value", "p_holm", "mdd"):
+            frame[column] = frame[column].astype(float)
+        frame["n"] = frame["n"].astype("int64")
+        frame["passed"] = frame["passed"].astype(bool)
+        return frame
+
     def to_dict(self) -> dict:
-        """JSON-serialisable; :meth:`from_dict` rebuilds an equal report."""
-        return {
+        """Strict JSON (non-finite floats null, see :meth:`TestResult.as_dict`); :meth:`from_dict`
+        rebuilds an equal report."""
+        return finite_json({
             "verifier": self.verifier, "suite": self.suite, "seed": self.seed, "device": self.device,
             "family_alpha": self.family_alpha, "per_test_alpha": self.per_test_alpha, "passed": self.passed,
             "power": self.power, "scale": self.scale, "layers": list(self.layers),
             "wall_s": self.wall_s, "cpu_s": self.cpu_s, "notes": list(self.notes),
             "results": [r.as_dict() for r in self.results],
             "localisations": [loc.to_dict() for loc in self.localisations],
-        }
+        })
 
     @classmethod
     def from_dict(cls, d: dict) -> BatteryReport:

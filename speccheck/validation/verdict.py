@@ -58,10 +58,19 @@ class BatteryOutcome:
     def exact(self) -> bool:
         return self.verdict == "exact"
 
+    def to_frame(self, failures_only: bool = False) -> object:
+        """The report's tests as a pandas DataFrame (:meth:`BatteryReport.to_frame`); when the run
+        did not finish (no report), an empty one with the same columns: a script may always call it."""
+        report = self.report if self.report is not None else BatteryReport("", "", 0, 0.0, 0.0, "")
+        return report.to_frame(failures_only=failures_only)
+
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "exit_code": self.exit_code, "reason": self.reason,
-                "layer_mdd": dict(self.layer_mdd),
-                "report": None if self.report is None else self.report.to_dict()}
+        """Strict JSON (non-finite floats null): the verdict, exit code, reason, layer MDDs, report."""
+        from speccheck.strict_json import finite_json
+
+        return finite_json({"verdict": self.verdict, "exit_code": self.exit_code, "reason": self.reason,
+                            "layer_mdd": dict(self.layer_mdd),
+                            "report": None if self.report is None else self.report.to_dict()})
 
 
 def no_verdict(reason: str, report: BatteryReport | None = None) -> BatteryOutcome:

@@ -25,9 +25,26 @@ def test_api_pages_are_up_to_date_with_the_code():
 
 def test_every_public_module_has_a_page_listing_its_names():
     gen = _generator()
-    assert set(gen.PAGES) == {"speccheck", "api", "sampler", "theory", "verifiers", "validation", "targets"}
+    assert set(gen.PAGES) == {"speccheck", "api", "sampler", "theory", "verifiers", "validation", "targets",
+                              "reports", "tables"}
     sampler = (DOCS / "sampler.md").read_text()
     for name in ("SpeculativeSampler", "sample", "PlainResult", "run_cells"):
         assert f"`{name}(" in sampler
     top = (DOCS / "speccheck.md").read_text()
     assert "### `sample(target: object, schedule: Schedule, n: int, *, generator:" in top
+    for name in ("speedup", "sweep", "theory_table", "export_table", "calibrate"):  # issue 37.3
+        assert f"### `{name}(" in top, name
+    reports = (DOCS / "reports.md").read_text()
+    for name in ("class `BatteryReport(", "class `TestResult(", "class `Localisation(", "`format_report(",
+                 "`junit_xml(", "`compute_report_figure(", "`draw_report_figure(", "`report_html(", "`report_png("):
+        assert name in reports, name
+    tables = (DOCS / "tables.md").read_text()
+    assert "### `theory_table(" in tables and "### `export_table(" in tables
+
+
+def test_top_level_names_resolve():
+    import speccheck
+
+    for name in speccheck.__all__:
+        assert getattr(speccheck, name) is not None, name
+    assert speccheck.sweep.__module__ == "speccheck.api" and speccheck.speedup.__module__ == "speccheck.api"

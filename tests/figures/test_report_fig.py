@@ -7,9 +7,10 @@ import base64
 import html.parser
 
 import numpy as np
+import pytest
 
 from speccheck.figures.report_fig import compute_report_figure, report_html, save_report_png
-from speccheck.validation.results import BatteryReport, TestResult
+from speccheck.validation.results import BatteryReport, Localisation, TestResult
 
 
 def _report() -> BatteryReport:
@@ -78,3 +79,83 @@ def test_the_battery_command_writes_the_html_page_and_the_plot(tmp_path, capsys)
     code, _, err = run_cli(["battery", "--verifier", "dgrs", "--suite", suite, "--html", str(page), "--plot",
                             str(page)], capsys)
     assert code == 2 and "--plot" in err and "--html" in err
+
+
+# ----------------------------------------------------------------------------- issue 37.2: where the rule fails
+@pytest.fixture(scope="module")
+def wrong_at_k3():
+    """A rule wrong only at K = 3 on the smoke suite (its grid has K = 1, 2, 4: the failures are in
+    the continuous layer's K = 3 strata, the wrapper at K = 3 and the sequence layer)."""
+    import speccheck
+    from tests.biased_rules import WrongAtK3
+
+    outcome = speccheck.battery(WrongAtK3(), "smoke", isolate=False)
+    assert outcome.verdict == "defect", outcome.reason
+    return outcome.report
+
+
+def test_a_rule_wrong_only_at_K3_fails_at_K3_in_the_figure(wrong_at_k3):
+    data = compute_report_figure(wrong_at_k3)
+    cols = data.main.columns
+    failing = cols["failed"]
+    assert failing.any() and set(cols["K"][failing].tolist()) == {3}  # drawn where it failed, nowhere else
+    assert not cols["failed"][cols["K"] != 3].any()
+    assert {1, 2, 4} <= set(cols["K"].tolist())  # the grid's K, all passing
+    tests = data.tables["tests"].columns
+    assert int(tests["failed"].sum()) == len(wrong_at_k3.failures)  # every failing test has a place
+    assert set(tests["K"][tests["failed"]].tolist()) <= {3, -1}  # at K = 3, or a test without a K
+    assert data.meta["failing_K"] == [3]
+    assert report_png_bytes(wrong_at_k3)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_failures_table_names_K_and_delta_range(wrong_at_k3):
+    import pandas as pd
+
+    frame = wrong_at_k3.to_frame()
+    assert len(frame) == len(wrong_at_k3.results)
+    assert list(frame.columns)[:7] == ["layer", "cell", "test", "kind", "K", "delta_lo", "delta_hi"]
+    assert pd.api.types.is_integer_dtype(frame["K"]) and pd.api.types.is_float_dtype(frame["delta_lo"])
+    failed = wrong_at_k3.to_frame(failures_only=True)
+    assert len(failed) == len(wrong_at_k3.failures) and not failed["passed"].any()
+    assert set(failed["K"].dropna().tolist()) == {3}
+    strata = failed[(failed["layer"] == "L5") & failed["delta_lo"].notna()]
+    assert len(strata) and (strata["delta_hi"] > strata["delta_lo"]).all()
+    assert (failed["p_holm"] <= wrong_at_k3.family_alpha).all()  # the column the verdict reads
+    grid = frame[frame["layer"] == "L1"]
+    assert (grid["delta_lo"] == grid["delta_hi"]).all() and grid["K"].notna().all()
+
+
+def test_localised_regions_are_where_the_rule_is_wrong(wrong_at_k3):
+    assert wrong_at_k3.localisations
+    for loc in wrong_at_k3.localisations:
+        assert loc.K == 3 and loc.delta_hi > 0.3  # the rule is exact below delta = 0.3 and at other K
+    page = report_html(wrong_at_k3)
+    assert "<td>3</td>" in page and "failing K: 3" in page
+
+
+def test_a_rule_wrong_only_in_small_calls_has_its_failing_test_drawn():
+    import speccheck
+    from tests.biased_rules import WrongInSmallCalls
+
+    outcome = speccheck.battery(WrongInSmallCalls(), "gate", layers=["L6"], isolate=False)
+    assert outcome.verdict == "defect", outcome.reason
+    data = compute_report_figure(outcome.report)
+    tests = data.tables["tests"].columns
+    names = tests["name"][tests["failed"]].tolist()
+    assert names and any("B <= 16" in name for name in names)
+    assert (tests["score"][tests["failed"]] >= -np.log10(outcome.report.family_alpha)).all()
+    assert len(data.main) == 0  # no (delta, K) cell ran: the figure still draws (a note in those panels)
+    assert report_png_bytes(outcome.report)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def report_png_bytes(report):
+    from speccheck.figures.report_fig import report_png
+
+    return report_png(report)
+
+
+def test_the_delta_zero_atom_reads_delta_equals_0():
+    rep = _report()
+    rep.localisations.append(Localisation(0.0, 0.0, 2, True, 4096, 1e-12, 1e-4, 1.0, 0.9, "declared", 0.2, "L5"))
+    page = report_html(rep)
+    assert "delta = 0, K = 2" in page and "[0, 0)" not in page

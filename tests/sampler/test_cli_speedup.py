@@ -7,7 +7,7 @@ from speccheck.cli import main
 
 def test_speedup_json(capsys):
     rc = main(["speedup", "--target", "gmm-d512", "--verifier", "dgrs", "--K", "2", "--L", "2",
-               "--trajectories", "6", "--lazy", "--steps", "8", "--json"])
+               "--trajectories", "6", "--lazy", "--steps", "8", "--json", "-"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("speedup", "speedup_se", "nfe_mean", "acceptance", "calibration_z", "predicted_nfe", "protocol",

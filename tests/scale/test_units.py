@@ -110,13 +110,15 @@ def test_unreachable_scheduler_is_exit_2(tmp_path, monkeypatch, capsys):
     assert "--scheduler tcp://127.0.0.1:9: cannot reach a Dask scheduler there" in capsys.readouterr().err
 
 
-def test_progress_counts_units_done(capsys):
+def test_progress_counts_units_done(capsys, monkeypatch):
+    from speccheck.scale import executors
     from speccheck.scale.executors import Progress
 
+    monkeypatch.setattr(executors, "PROGRESS_LINE_S", 0.0)  # a line per unit (else at most one per 10 s)
     bar = Progress(20, "dask local x2")
     for _ in range(20):
         bar.step()
-    lines = capsys.readouterr().err.splitlines()  # not a terminal: about ten plain lines, the last one complete
-    assert 2 <= len(lines) <= 11 and lines[-1].startswith("[dask local x2] units 20/20 done")
+    lines = capsys.readouterr().err.splitlines()  # not a terminal: plain lines, the last one complete
+    assert len(lines) == 20 and lines[-1].startswith("[dask local x2] units 20/20 done")
     Progress(5, "off", enabled=False).step()
     assert capsys.readouterr().err == ""

@@ -192,11 +192,35 @@ def plan_battery(verifier: Any, suite: Suite, *, layers: list[str], Ks: list[int
     layers, grid cells ``[delta, K, n, label]``, continuous K, wrapper dims, whether it declares
     its acceptance, the planned statistical tests without layer L4, and the skipped K."""
     plan = _plan(verifier, suite, 0, layers=layers, Ks=Ks, scale=scale)
-    return {"verifier": getattr(verifier, "name", type(verifier).__name__), "layers": list(plan.layers),
-            "grid_cells": [[float(d), int(K), int(n), str(label)] for d, K, n, label in plan.grid_cells],
-            "continuous_Ks": [int(K) for K in plan.continuous_Ks], "wrapper_dims": [int(d) for d in plan.wrapper_dims],
-            "has_acceptance": bool(plan.has_acceptance), "n_stat": int(plan.n_stat),
-            "skipped_K": [int(K) for K in plan.skipped_K], "sequence_Ks": [int(K) for K in plan.sequence_Ks]}
+    out = {"verifier": getattr(verifier, "name", type(verifier).__name__), "layers": list(plan.layers),
+           "grid_cells": [[float(d), int(K), int(n), str(label)] for d, K, n, label in plan.grid_cells],
+           "continuous_Ks": [int(K) for K in plan.continuous_Ks], "wrapper_dims": [int(d) for d in plan.wrapper_dims],
+           "has_acceptance": bool(plan.has_acceptance), "n_stat": int(plan.n_stat),
+           "skipped_K": [int(K) for K in plan.skipped_K], "sequence_Ks": [int(K) for K in plan.sequence_Ks]}
+    if Ks is not None and not set(Ks) & _Ks_run(out):  # check_evidence refuses it, naming what the rule takes
+        out["supported_K"] = [K for K in range(1, _MAX_K + 1) if supports(verifier, K)]
+    return out
+
+
+#: the largest K a run may select (the kernels and the theory are validated up to 128)
+_MAX_K = 128
+
+
+def _Ks_run(plan: dict) -> set[int]:
+    """The K at which the plan's K-selected layers (L1-L2 grid, L5 continuous, L6 sequence) run."""
+    return ({int(cell[1]) for cell in plan["grid_cells"]} | {int(K) for K in plan["continuous_Ks"]}
+            | {int(K) for K in plan.get("sequence_Ks", [])})
+
+
+def _spans(values: list[int]) -> str:
+    """1, 2, 3, 5 -> "1..3, 5"."""
+    spans: list[list[int]] = []
+    for v in sorted(values):
+        if spans and v == spans[-1][1] + 1:
+            spans[-1][1] = v
+        else:
+            spans.append([v, v])
+    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in spans) or "none"
 
 
 def _plan_of(plan: dict) -> _Plan:
@@ -245,3 +269,15 @@ def check_evidence(plan: dict, suite: Suite, contract: list[TestResult], traject
     if n_stat == 0 and all(r.passed for r in contract):
         raise InputError(f"suite {suite.name!r} with layers={[LAYERS[x] for x in plan['layers']]} and Ks={Ks} "
                          "selects no statistical test: no verdict from no evidence (choose layers or K the suite has)")
+    if Ks is not None and all(r.passed for r in contract) and not set(Ks) & _Ks_run(plan):
+        # the other layers ran, but nothing at the K asked for: a pass would say nothing about it
+        suite_K = sorted({int(K) for part in (suite.scalar, suite.continuous, suite.sequence) if part is not None
+                          for K in part.K})
+        takes = [x for x in ("L1", "L5", "L6") if x in plan["layers"]]
+        why = f"suite {suite.name!r} has K = {_spans(suite_K)}"
+        if "supported_K" in plan:
+            why = f"verifier {plan['verifier']!r} supports K = {_spans(plan['supported_K'])}; {why}"
+        if not takes:
+            why = f"the layers selected ({', '.join(plan['layers'])}) take no K; K selects in L1-L2, L5 and L6"
+        raise InputError(f"--K / Ks={list(Ks)}: no test ran at the K asked for ({why}); no verdict (choose K the "
+                         "rule supports and the suite has)")
