@@ -16,10 +16,11 @@ The MDDs the effects are sized against: the battery report's power promise when 
 report's continuous layer (PIT KS and declared acceptance, per stratum x K): what today's battery
 states per cell, not a promise for a stratum of a given share; the report says which.
 
-Written to ``--out`` (default ``validation/reports/power``): ``power_<suite>.txt`` (the table:
+Written to ``--out`` (default ``validation/reports/power``): ``power_<suite>_<rules>.txt`` (the table:
 per group and ratio bin, caught / drawn with a 95% Clopper-Pearson interval, and the issue's
-criterion: >= 95% caught at >= 1.5 x MDD, >= 50% at 1 x), ``power_<suite>.json`` (every defect
-with its description, effect, verdict and failing tests) and ``power_<suite>.png`` (one curve per
+criterion: >= 95% caught at >= 1.5 x MDD, >= 50% at 1 x), ``.json`` (every defect with its
+description, effect, verdict, failing tests and token: ``speccheck battery --verifier
+speccheck.validation.defects:defect_<token>`` reruns one) and ``.png`` (one curve per
 group with its binomial band). Exit 0 when it ran (the criterion's outcome is in the report;
 ``--check`` makes an unmet criterion exit 1), 2 when it could not run as asked.
 """
@@ -27,6 +28,7 @@ group with its binomial band). Exit 0 when it ran (the criterion's outcome is in
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -246,37 +248,58 @@ def format_report(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
+    """Small multiples: one panel per family group (and the statistical groups pooled), share caught
+    per effect / MDD bin with its 95% Clopper-Pearson band; the criterion's lines dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    ratios = result["ratios"]
-    groups = [g for g in sorted({r["group"] for r in result["table"]}) if g not in ("contract", "all statistical")]
-    for g in groups + ["all statistical"]:
+    ratios = [float(r) for r in result["ratios"]]
+    groups = [g for g in sorted({r["group"] for r in result["table"]}) if g not in ("contract", "control",
+                                                                                    "all statistical")]
+    panels = ["all statistical"] + groups
+    cols = 3
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, g in zip(axes.flat, panels):
         rows = [r for r in result["table"] if r["group"] == g and r["bin"] not in ("below", "n/a")]
-        if not rows:
-            continue
-        x = [float(r["bin"]) for r in rows]
-        y = [r["share"] for r in rows]
-        style = dict(color="black", lw=2.5) if g == "all statistical" else dict(lw=1.2)
-        line, = ax.plot(x, y, marker="o", label=f"{g}", **style)
-        ax.fill_between(x, [r["lo"] for r in rows], [r["hi"] for r in rows], alpha=0.12, color=line.get_color())
-    for xv, yv in CRITERION:
-        ax.axvline(xv, color="grey", ls=":", lw=0.8)
-        ax.axhline(yv, color="grey", ls=":", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xticks(ratios)
-    ax.set_xticklabels([f"{r:g}" for r in ratios])
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("effect / MDD (bin of the achieved ratio)")
-    ax.set_ylabel("share of defects caught")
-    ax.set_title(f"battery '{result['suite']}' vs random defects ({', '.join(result['rules'])})", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
+        if rows:
+            x = [float(r["bin"]) for r in rows]
+            color = "black" if g == "all statistical" else "tab:blue"
+            ax.fill_between(x, [r["lo"] for r in rows], [r["hi"] for r in rows], alpha=0.2, color=color, lw=0)
+            ax.plot(x, [r["share"] for r in rows], marker="o", color=color, lw=1.5)
+            for xi, r in zip(x, rows):
+                ax.annotate(f"{r['caught']}/{r['n']}", (xi, r["share"]), textcoords="offset points", xytext=(0, -11),
+                            ha="center", fontsize=6)
+        below = [r for r in result["table"] if r["group"] == g and r["bin"] == "below"]
+        note = f" ({below[0]['n']} below {ratios[0]:g} x)" if below else ""
+        ax.set_title(g + note, fontsize=8)
+        for xv, yv in CRITERION:
+            ax.axvline(xv, color="grey", ls=":", lw=0.8)
+            ax.axhline(yv, color="grey", ls=":", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xticks(ratios)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticklabels([f"{r:g}" for r in ratios], fontsize=7)
+        ax.set_ylim(-0.05, 1.05)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.supxlabel("effect / MDD (bin of the achieved ratio)", fontsize=9)
+    fig.supylabel("share of defects caught", fontsize=9)
+    fig.suptitle(f"battery '{result['suite']}' vs random defects ({', '.join(result['rules'])}; "
+                 f"{result['per_group']} per group)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def replot(json_path: Path) -> None:
+    """Redraw the figure of a written ``.json`` next to it."""
+    plot(json.loads(json_path.read_text()), json_path.with_suffix(".png"))
 
 
 def run_power(rules: list[str], suite: str, *, groups: Optional[list[str]] = None, per_group: int = 2,
@@ -328,7 +351,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "validation" / "reports" / "power"))
     ap.add_argument("--label", default="", help="a line saying what this run is (printed at the top)")
     ap.add_argument("--check", action="store_true", help="exit 1 when the criterion is not met in some group")
+    ap.add_argument("--replot", metavar="JSON", default=None, help="only redraw the figure of a written .json")
     args = ap.parse_args(argv)
+    if args.replot:
+        path = Path(args.replot)
+        if not path.is_file():
+            print(f"error: --replot: no file {path}", file=sys.stderr)
+            return 2
+        replot(path)
+        return 0
     if args.quick:
         args.suite, args.per_group, args.controls, args.ratios = "smoke", 1, 2, [3.0, 4.0]
         args.groups = args.groups or list(QUICK_GROUPS)
@@ -344,7 +375,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                        label=args.label or f"run of {time.strftime('%Y-%m-%d', time.gmtime())}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"power_{Path(args.suite).stem}" + ("_quick" if args.quick else "")
+    stem = f"power_{Path(args.suite).stem}_{'-'.join(r.replace(':', '.') for r in args.rules)}" \
+        + ("_quick" if args.quick else "")
     text = format_report(result)
     (out / f"{stem}.txt").write_text(text)
     from speccheck.strict_json import dumps

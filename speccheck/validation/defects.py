@@ -713,8 +713,8 @@ def _exact_runs(base: Any, stratum: Stratum, law: CallLaw, n: int, seed: int, pa
     """[(K, delta, s, exact output, generator state after it)] of the stratum's rows: the exact
     base's runs that every size tried by the bisection shares (cached for the last stratum)."""
     key = (id(base), stratum, law, n, seed, pairs)
-    if key in _EXACT_CACHE:
-        return _EXACT_CACHE[key]
+    if key in _EXACT_CACHE and _EXACT_CACHE[key][0] is base:  # the cache holds base: its id is not reused
+        return _EXACT_CACHE[key][1]
     runs = []
     for K, deltas in _stratum_rows(law, stratum, base, n):
         if pairs:  # pairs of equal delta (the constant calls of a sampler)
@@ -725,7 +725,7 @@ def _exact_runs(base: Any, stratum: Stratum, law: CallLaw, n: int, seed: int, pa
         ex = base.verify(d, s, g)
         runs.append((K, d, s, ex, g.get_state()))
     _EXACT_CACHE.clear()
-    _EXACT_CACHE[key] = runs
+    _EXACT_CACHE[key] = (base, runs)
     return runs
 
 
@@ -896,6 +896,8 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         choices = [f for f, g in FAMILIES.items() if group is None or g == group]
         if not has_acc:
             choices = [f for f in choices if f != "declared"]
+        if not any(_supports(rule, K) for K in law.Ks if K > 1):
+            choices = [f for f in choices if f != "index-off"]
         if not choices:
             raise InputError(f"group {group!r} has no family for rule {spec!r}; groups: {', '.join(GROUPS)}")
         family = str(rng.choice(choices))
@@ -906,8 +908,15 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
     Ks = tuple(K for K in law.Ks if _supports(rule, K))
     if not Ks:
         raise InputError(f"rule {spec!r} supports none of the call law's K {law.Ks}")
+    if family == "index-off":  # an index off by one needs two children
+        Ks = tuple(K for K in Ks if K > 1)
+        if not Ks:
+            raise InputError(f"rule {spec!r} supports no K > 1: the index-off family does not apply")
     seed = int(rng.integers(0, 2**62))
     stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31))
+    if family == "index-off" and stratum.Ks is None and 1 in law.Ks:
+        stratum = dataclasses.replace(stratum, Ks=Ks)
+        share = call_share(stratum, law, seed=seed % (2**31))
     mechanism = str(rng.choice(_INNER)) if family in _TRIGGERED else family
     sign = int(rng.choice([-1, 1])) if mechanism in _SIGNED else 1
     if mechanism in ("levels-selection", "levels-residual", "levels-both") and stratum.delta_lo == 0 \

@@ -83,6 +83,10 @@ def test_bad_requests_are_refused_with_the_option_named():
 
     with pytest.raises(InputError, match="declares no acceptance"):
         D.draw_defect(NoDeclaration(), rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family="declared")
+    with pytest.raises(InputError, match="index-off"):
+        D.draw_defect("rmc", rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family="index-off")
+    d = D.draw_defect("dgrs", rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family="index-off")
+    assert d.stratum.Ks is not None and 1 not in d.stratum.Ks
     with pytest.raises(InputError, match="unknown control"):
         D.draw_control("dgrs", rng, "sideways")
 
