@@ -960,6 +960,11 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
                 hi = mid
                 break
     pit, pit_err, acc, acc_err, n = at(mechanism, stratum, sign, hi, n_effect)
+    for _ in range(4):  # the final, larger sample may land under the target: step the size up a little
+        if _ratio(pit, acc, mdd_pit, mdd_acc) >= ratio or hi >= _EPS_MAX[mechanism]:
+            break
+        hi = min(_EPS_MAX[mechanism], hi * 1.06)
+        pit, pit_err, acc, acc_err, n = at(mechanism, stratum, sign, hi, n_effect)
     method = ("exact (declared acceptance vs the base's, 16 quadrature deltas per K)" if mechanism == "declared" else
               f"Monte Carlo, {n} rows, seed {seed % (2**31)}, common random numbers vs the exact base")
     eff = Effect(pit=pit, pit_error=pit_err, acc=acc, acc_error=acc_err, share=share,

@@ -54,7 +54,7 @@ def test_draw_is_deterministic_and_the_token_loads_by_spec():
     b = D.draw_defect("dgrs", np.random.default_rng(5), ratio=2.0, mdd_pit=0.1, mdd_acc=0.1, family="accept-extra",
                       n_effect=4096)
     assert a == b and a.token == b.token
-    assert a.effect is not None and a.effect.share >= 0.05 and a.effect.ratio > 0
+    assert a.effect is not None and a.effect.share >= 0.05 and 2.0 <= a.effect.ratio <= 2.4  # sized as asked
     rule = get(a.spec)  # the registry resolves "speccheck.validation.defects:defect_<token>"
     assert isinstance(rule, D.DefectiveRule) and rule.defect == a
     assert D.decode_token(a.token) == a
