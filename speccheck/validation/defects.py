@@ -55,6 +55,7 @@ import torch
 
 from speccheck.errors import InputError, LoadError
 from speccheck.seeding import generator as make_generator
+from speccheck.validation.stats import dkw_threshold
 from speccheck.verifiers.base import check_verify_inputs
 from speccheck.verifiers.projection import project
 from speccheck.verifiers.projection import verify_states as shared_verify_states
@@ -676,12 +677,13 @@ def _sup_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(fa - np.searchsorted(b, x, side="right") / b.size)))
 
 
-def _dkw(n: int, level: float = 0.01) -> float:
-    return math.sqrt(math.log(2 / level) / (2 * n))
-
-
 #: at most this many K of a stratum enter the effect's Monte Carlo (spread over the stratum's K)
 EFFECT_KS = 6
+
+
+def _acc_error(diff: np.ndarray) -> float:
+    """99% bound on the Monte Carlo error of a mean of per-row acceptance differences."""
+    return 2.576 * float(diff.std()) / math.sqrt(diff.size) + 1.0 / diff.size
 
 
 def _stratum_rows(law: CallLaw, stratum: Stratum, base: Any, n: int, m_nodes: int = 24
@@ -754,10 +756,10 @@ def measure_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: St
         acc_diff.append(de[1].numpy().astype(float) - ex[1].numpy().astype(float))
     ue, ud, ad = np.concatenate(u_ex), np.concatenate(u_def), np.concatenate(acc_diff)
     if mechanism in ("accept-drop", "flag"):  # s_out's law is untouched: exactly 0
-        return 0.0, 0.0, float(ad.mean()), 2.576 * float(ad.std()) / math.sqrt(ad.size) + 1.0 / ad.size, int(ad.size)
+        return 0.0, 0.0, float(ad.mean()), _acc_error(ad), int(ad.size)
     pit = _sup_diff(ud, ue)
     acc = float(ad.mean())
-    return pit, 2 * _dkw(ue.size), acc, 2.576 * float(ad.std()) / math.sqrt(ad.size) + 1.0 / ad.size, int(ad.size)
+    return pit, 2 * dkw_threshold(ue.size, 0.01), acc, _acc_error(ad), int(ad.size)
 
 
 def _declared_shift(base: Any, eps: float, sign: int, stratum: Stratum, law: CallLaw) -> float:
@@ -816,7 +818,7 @@ def _states_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: St
     pit = max(_sup_diff(np.concatenate(t_de[i]), np.concatenate(t_ex[i])) for i in range(2))
     m = sum(x.size for x in t_ex[0])
     ad = np.concatenate(acc_diff)
-    return pit, 2 * _dkw(m), float(ad.mean()), 2.576 * float(ad.std()) / math.sqrt(ad.size) + 1.0 / ad.size, m
+    return pit, 2 * dkw_threshold(m, 0.01), float(ad.mean()), _acc_error(ad), m
 
 
 def _ratio(pit: float, acc: float, mdd_pit: float, mdd_acc: float) -> float:
@@ -897,7 +899,7 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         if not has_acc:
             choices = [f for f in choices if f != "declared"]
         if not any(_supports(rule, K) for K in law.Ks if K > 1):
-            choices = [f for f in choices if f != "index-off"]
+            choices = [f for f in choices if f not in ("index-off", "stale-K")]
         if not choices:
             raise InputError(f"group {group!r} has no family for rule {spec!r}; groups: {', '.join(GROUPS)}")
         family = str(rng.choice(choices))
@@ -908,6 +910,9 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
     Ks = tuple(K for K in law.Ks if _supports(rule, K))
     if not Ks:
         raise InputError(f"rule {spec!r} supports none of the call law's K {law.Ks}")
+    law = dataclasses.replace(law, Ks=Ks)  # the calls this rule gets: only the K it supports
+    if family == "stale-K" and len(Ks) == 1:
+        raise InputError(f"rule {spec!r} supports one K only: the stale-K family does not apply")
     if family == "index-off":  # an index off by one needs two children
         Ks = tuple(K for K in Ks if K > 1)
         if not Ks:

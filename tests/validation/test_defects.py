@@ -19,14 +19,11 @@ import torch
 from speccheck import api
 from speccheck.errors import InputError, LoadError
 from speccheck.validation import defects as D
+from speccheck.validation.stats import dkw_threshold
 from speccheck.verifiers import get
 
 ROOT = Path(__file__).resolve().parents[2]
 Z_1E6 = 4.892  # two-sided normal quantile at a false-failure rate of 1e-6
-
-
-def _dkw(n: int, level: float = 1e-6) -> float:
-    return math.sqrt(math.log(2 / level) / (2 * n))
 
 
 def _defect(mechanism: str, eps: float, stratum: D.Stratum | None = None, *, family: str | None = None,
@@ -83,8 +80,11 @@ def test_bad_requests_are_refused_with_the_option_named():
 
     with pytest.raises(InputError, match="declares no acceptance"):
         D.draw_defect(NoDeclaration(), rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family="declared")
-    with pytest.raises(InputError, match="index-off"):
-        D.draw_defect("rmc", rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family="index-off")
+    for fam in ("index-off", "stale-K"):  # rmc has one K: no K to get wrong, no K change
+        with pytest.raises(InputError, match=fam):
+            D.draw_defect("rmc", rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family=fam)
+    assert all(D.draw_defect("rmc", np.random.default_rng(i), ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, group="state",
+                             n_effect=2048).family == "stale-calls" for i in range(2))
     d = D.draw_defect("dgrs", rng, ratio=1.0, mdd_pit=0.1, mdd_acc=0.1, family="index-off")
     assert d.stratum.Ks is not None and 1 not in d.stratum.Ks
     with pytest.raises(InputError, match="unknown control"):
@@ -93,7 +93,7 @@ def test_bad_requests_are_refused_with_the_option_named():
 
 def test_every_family_draws_on_every_group():
     rng = np.random.default_rng(11)
-    for fam in ("flag", "levels-selection", "stale-K", "batch-tail", "shared-randomness", "global-rng"):
+    for fam in ("flag", "levels-selection", "stale-calls", "batch-tail", "shared-randomness", "global-rng"):
         d = D.draw_defect("rmc", rng, ratio=1.0, mdd_pit=0.15, mdd_acc=0.1, family=fam, n_effect=2048, tries=1)
         assert d.family == fam and d.group == D.FAMILIES[fam] and d.effect is not None
         assert d.stratum.Ks in (None, (1,))  # rmc supports K = 1 only
@@ -191,7 +191,7 @@ def test_stated_pit_distance_is_what_the_rule_does():
     u = np.sort(torch.special.ndtr(out[0] - delta).numpy())
     grid = np.arange(1, n + 1) / n
     ks = float(max(np.max(grid - u), np.max(u - (grid - 1 / n))))
-    assert abs(ks - eff.pit) <= _dkw(n) + eff.pit_error + 0.01  # 0.01: the atom at 0 and quadrature
+    assert abs(ks - eff.pit) <= dkw_threshold(n, 1e-6) + eff.pit_error + 0.01  # 0.01: the atom at 0 and quadrature
 
 
 def test_declared_family_changes_only_the_declaration():
