@@ -75,6 +75,15 @@ def promised_mdds(report: Any, mdd_pit: Optional[float] = None, mdd_acc: Optiona
             "power promise")
 
 
+def promised_share(report: Any) -> Optional[float]:
+    """The share of rows the report's power promise is stated for (None without a promise)."""
+    promise = getattr(report, "promise", None)
+    if promise is None:
+        return None
+    share = _promise_value(promise, ("share", "stratum_share", "min_share", "row_share"))
+    return share if share is not None and share <= 1 else None
+
+
 # ------------------------------------------------------------------------------ statistics
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """Exact binomial confidence interval for k successes in n trials."""
@@ -304,7 +313,7 @@ def replot(json_path: Path) -> None:
 
 def run_power(rules: list[str], suite: str, *, groups: Optional[list[str]] = None, per_group: int = 2,
               ratios: tuple[float, ...] = DEFAULT_RATIOS, seed: int = 20261207, workers: int = 1,
-              isolate: bool = False, scale: float = 1.0, min_share: float = 0.05, controls: int = 6,
+              isolate: bool = False, scale: float = 1.0, min_share: Optional[float] = None, controls: int = 6,
               mdd_pit: Optional[float] = None, mdd_acc: Optional[float] = None, n_effect: int = 1 << 15,
               label: str = "", progress: bool = True) -> dict:
     """The whole measurement as a JSON-ready dict (records, table, criterion)."""
@@ -322,6 +331,8 @@ def run_power(rules: list[str], suite: str, *, groups: Optional[list[str]] = Non
         if base.report is None:
             raise SystemExit(f"error: the battery could not run on {rule!r}: {base.reason}")
         mdds[rule] = promised_mdds(base.report, mdd_pit, mdd_acc)
+        if min_share is None:  # the share the promise is stated for, else the issue's 5%
+            min_share = promised_share(base.report) or 0.05
     items = draw_all(rules, groups, per_group, ratios, seed, {r: m[:2] for r, m in mdds.items()}, min_share,
                      controls, n_effect, progress)
     records = run_all(items, suite, seed, workers, isolate, scale, ratios, progress)
@@ -339,7 +350,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--per-group", type=int, default=200, help="defects per group and rule")
     ap.add_argument("--ratios", nargs="+", type=float, default=list(DEFAULT_RATIOS), help="effect / MDD targets")
     ap.add_argument("--controls", type=int, default=6, help="exact controls per rule")
-    ap.add_argument("--min-share", type=float, default=0.05, help="smallest share of rows a stratum holds")
+    ap.add_argument("--min-share", type=float, default=None,
+                    help="smallest share of rows a stratum holds (default: the promise's share, else 0.05)")
     ap.add_argument("--mdd-pit", type=float, default=None, help="PIT sup-distance MDD (overrides the report's)")
     ap.add_argument("--mdd-acc", type=float, default=None, help="acceptance-shift MDD (overrides the report's)")
     ap.add_argument("--seed", type=int, default=20261207)
@@ -363,7 +375,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.quick:
         args.suite, args.per_group, args.controls, args.ratios = "smoke", 1, 2, [3.0, 4.0]
         args.groups = args.groups or list(QUICK_GROUPS)
-    if args.per_group < 1 or args.workers < 1 or not 0 < args.min_share <= 1 or len(args.ratios) < 2 \
+    if args.per_group < 1 or args.workers < 1 or not 0 < (args.min_share or 0.05) <= 1 or len(args.ratios) < 2 \
             or min(args.ratios) <= 0:
         print("error: --per-group and --workers must be >= 1, --min-share in (0, 1], at least two --ratios > 0",
               file=sys.stderr)

@@ -262,6 +262,21 @@ def _bench():
     return mod
 
 
+def test_power_benchmark_reads_the_promise_when_the_report_has_one():
+    bp = _bench()
+    from types import SimpleNamespace
+
+    from speccheck.validation.results import TestResult
+
+    cells = [TestResult(cell=f"c{i}", test=t, statistic=0, threshold=1, p_value=1, mdd=m, n=1, layer="L5")
+             for i, (t, m) in enumerate([("pit-ks", 0.1), ("pit-ks", 0.3), ("acceptance=declared", 0.05)])]
+    today = SimpleNamespace(results=cells, suite="smoke")
+    assert bp.promised_mdds(today)[:2] == (0.2, 0.05) and bp.promised_share(today) is None
+    v4 = SimpleNamespace(results=cells, suite="gate", promise={"pit": 0.02, "acceptance": 0.01, "share": 0.05})
+    assert bp.promised_mdds(v4) == (0.02, 0.01, "the report's power promise") and bp.promised_share(v4) == 0.05
+    assert bp.promised_mdds(v4, 0.03, 0.04)[:2] == (0.03, 0.04)
+
+
 def test_power_benchmark_core_runs_and_writes(tmp_path):
     bp = _bench()
     assert bp.clopper_pearson(0, 10)[0] == 0.0 and bp.clopper_pearson(10, 10)[1] == 1.0
