@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from speccheck.errors import DeviceError, InputError, LoadError
+from speccheck.theory.validate import MAX_K
 from speccheck.validation import continuous, sequence
 from speccheck.validation.contract import supports
 from speccheck.validation.results import LAYERS, TestResult
@@ -198,12 +199,9 @@ def plan_battery(verifier: Any, suite: Suite, *, layers: list[str], Ks: list[int
            "has_acceptance": bool(plan.has_acceptance), "n_stat": int(plan.n_stat),
            "skipped_K": [int(K) for K in plan.skipped_K], "sequence_Ks": [int(K) for K in plan.sequence_Ks]}
     if Ks is not None and not set(Ks) & _Ks_run(out):  # check_evidence refuses it, naming what the rule takes
-        out["supported_K"] = [K for K in range(1, _MAX_K + 1) if supports(verifier, K)]
+        out["supported_K"] = [K for K in range(1, MAX_K + 1) if supports(verifier, K)]
     return out
 
-
-#: the largest K a run may select (the kernels and the theory are validated up to 128)
-_MAX_K = 128
 
 
 def _Ks_run(plan: dict) -> set[int]:
