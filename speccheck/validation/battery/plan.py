@@ -203,7 +203,6 @@ def plan_battery(verifier: Any, suite: Suite, *, layers: list[str], Ks: list[int
     return out
 
 
-
 def _Ks_run(plan: dict) -> set[int]:
     """The K at which the plan's K-selected layers (L1-L2 grid, L5 continuous, L6 sequence) run."""
     return ({int(cell[1]) for cell in plan["grid_cells"]} | {int(K) for K in plan["continuous_Ks"]}
