@@ -256,7 +256,7 @@ def _gl(n: int):
 _GL_T, _GL_W = _gl(6)
 
 
-def breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
+def breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted (u, y) break points: the cell edges, target quantiles and u = 1/2."""
     z = special.ndtri((np.arange(n_target) + 0.5) / n_target)
     z = np.concatenate([z, np.linspace(-9, 9, 19)])
@@ -272,7 +272,7 @@ def breakpoints(delta: float, a: np.ndarray, abar: np.ndarray, n_target: int):
     return u[keep], y[keep]
 
 
-def quadrature(bu: np.ndarray, by: np.ndarray, n_gl: int = 6):
+def quadrature(bu: np.ndarray, by: np.ndarray, n_gl: int = 6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gauss-Legendre nodes (u, y) and weights du on each interval between break points."""
     ulo, uhi, ylo, yhi = bu[:-1], bu[1:], by[:-1], by[1:]
     lower = uhi <= 0.5
