@@ -50,14 +50,15 @@ def _check_parsed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Before any work: ``--store`` is a file that persists (not '' or ':memory:'), and no two
-    output options name the same file (``--json`` would replace the ``--store`` database)."""
-    from speccheck.cli._executor import check_distinct_outputs, check_store
+    """Before any work: ``--store`` is a file that persists (not '' or ':memory:'), no two
+    output options name the same file (``--json`` would replace the ``--store`` database) and no
+    output names a file the command reads (the ``--suite``, the verifier's source)."""
+    from speccheck.cli._executor import check_distinct_outputs, check_store, input_files
 
     if isinstance(getattr(args, "store", None), str):
         check_store(args.store)
     check_distinct_outputs({option: getattr(args, dest) for dest, option in OUTPUT_OPTIONS.items()
-                            if isinstance(getattr(args, dest, None), str)})
+                            if isinstance(getattr(args, dest, None), str)}, input_files(args))
 
 
 def _error(command: str, message: str) -> None:
