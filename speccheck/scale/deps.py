@@ -32,7 +32,8 @@ import sysconfig
 from typing import Iterable, Optional
 
 #: variables read by speccheck that never change a result (progress and debugging output only)
-_NEUTRAL_ENV = frozenset({"SPECCHECK_DEBUG", "SPECCHECK_NO_PROGRESS", "SPECCHECK_DIGEST_ENV"})
+_NEUTRAL_ENV = frozenset({"SPECCHECK_DEBUG", "SPECCHECK_NO_PROGRESS", "SPECCHECK_DIGEST_ENV",
+                          "SPECCHECK_WORKER_MODULES"})
 #: bounds on what one top-level package contributes (a huge tree is hashed by its listing only)
 MAX_FILES = 5000
 MAX_BYTES = 256 * 2**20
@@ -131,16 +132,18 @@ def declared_env() -> dict[str, Optional[str]]:
 
 
 @functools.lru_cache(maxsize=1)
-def _library_roots() -> tuple[str, ...]:
+def _site_roots() -> tuple[str, ...]:
+    """Where installed distributions live (site-packages and the like)."""
     paths = sysconfig.get_paths()
-    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots = {paths.get(k) for k in ("purelib", "platlib")}
     roots |= {p for p in sys.path if p and os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")}
     return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
 
 
+@functools.lru_cache(maxsize=1)
 def _stdlib_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    return tuple(os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k))
+    return tuple(sorted({os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}))
 
 
 @functools.lru_cache(maxsize=1)
@@ -150,10 +153,18 @@ def _distributions() -> dict[str, list[str]]:
     return metadata.packages_distributions()
 
 
+_SHA_CACHE: dict[tuple, str] = {}
+
+
 def _file_sha(path: str) -> str:
+    """SHA-256 (16 hex) of a file's bytes, cached per (path, size, mtime) within this process."""
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()[:16]
+        st = os.stat(path)
+        key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
+        if key not in _SHA_CACHE:
+            with open(path, "rb") as fh:
+                _SHA_CACHE[key] = hashlib.sha256(fh.read()).hexdigest()[:16]
+        return _SHA_CACHE[key]
     except OSError:
         return "unreadable"
 
@@ -165,19 +176,21 @@ def manifest() -> dict:
 
     from speccheck.scale.store import code_version
 
-    stdlib, libraries, mine = _stdlib_roots(), _library_roots(), _speccheck_root() + os.sep
+    stdlib, site, mine = _stdlib_roots(), _site_roots(), _speccheck_root() + os.sep
     files: dict[str, str] = {}
     dists: dict[str, str] = {}
     tops: set[str] = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if not isinstance(path, str) or not path:
+        if not isinstance(path, str) or not os.path.isabs(path):
             continue
         real = os.path.realpath(path)
         top = name.partition(".")[0]
-        if real.startswith(stdlib) and not real.startswith(libraries) or real.startswith(mine):
+        installed = real.startswith(site) or f"{os.sep}site-packages{os.sep}" in real \
+            or f"{os.sep}dist-packages{os.sep}" in real
+        if real.startswith(mine) or (real.startswith(stdlib) and not installed):
             continue
-        if real.startswith(libraries) or "site-packages" in real or "dist-packages" in real:
+        if installed:
             for dist in _distributions().get(top, []):
                 if dist not in dists:
                     try:
@@ -194,6 +207,21 @@ def manifest() -> dict:
                 files[real] = _file_sha(real)
     return {"code": code_version(), "env": declared_env(), "dists": dict(sorted(dists.items())),
             "files": dict(sorted(files.items()))}
+
+
+def merged(manifests: Iterable[dict]) -> Optional[dict]:
+    """One manifest covering several (a result merged from units): the union of their files,
+    distributions and variables; None when there is none."""
+    manifests = list(manifests)
+    if not manifests:
+        return None
+    out: dict = {"code": manifests[0].get("code"), "env": {}, "dists": {}, "files": {}}
+    for m in manifests:
+        if m.get("code") != out["code"]:
+            out["code"] = "mixed"  # never equal to a code version: the merged result is stale
+        for part in ("env", "dists", "files"):
+            out[part].update(m.get(part) or {})
+    return out
 
 
 def stale(recorded: dict) -> list[str]:

@@ -211,6 +211,7 @@ class IsolatedExecutor:
             wall = outcome.get("wall_s")
             on_result(unit, {"result": outcome["result"], "worker": str(outcome.get("worker", "?")),
                              "code": str(outcome.get("code", "?")),
+                             "deps": outcome["deps"] if isinstance(outcome.get("deps"), dict) else None,
                              "wall_s": float(wall) if isinstance(wall, (int, float)) and math.isfinite(wall) else 0.0})
             bar.step()
 

@@ -56,3 +56,99 @@ def test_an_output_naming_the_store_is_refused(tmp_path, tiny_suite, capsys):
     code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", tiny_suite, "--store", store,
                               "--html", store, "--no-progress"], capsys)
     assert code == 2 and "--store" in err and "--html" in err, (out, err)
+
+
+# ----------------------------------------------------------------------------- item 9: stored verdicts
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RULE37 = '''import torch
+import helper37
+
+
+class Rule:
+    name = "rule37"
+
+    def verify(self, delta, s, generator=None):
+        B, K = s.shape
+        if helper37.bad():  # takes the first child: wrong
+            return s[:, 0].clone(), torch.ones(B, dtype=torch.bool), torch.zeros(B, dtype=torch.long)
+        out = delta + torch.randn(B, generator=generator, dtype=s.dtype, device=s.device)
+        return out, torch.zeros(B, dtype=torch.bool), torch.full((B,), K, dtype=torch.long)
+'''
+HELPER37 = '''import os
+from pathlib import Path
+
+
+def bad():
+    mode = (Path(__file__).parent / "mode.txt").read_text().strip()
+    return mode == "bad" or os.environ.get("RULE37_MODE") == "bad"
+'''
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A rule in its own module importing a helper package that reads a data file and a variable."""
+    (tmp_path / "rule37.py").write_text(RULE37)
+    (tmp_path / "helper37").mkdir()
+    (tmp_path / "helper37" / "__init__.py").write_text(HELPER37)
+    (tmp_path / "helper37" / "mode.txt").write_text("good\n")
+    write_suite(tmp_path, tiny_suite_text("t37"))
+    return tmp_path
+
+
+def _speccheck(folder, *argv, env=None):
+    import subprocess
+    import sys
+
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(folder)]), "SPECCHECK_NO_PROGRESS": "1",
+            **(env or {})}
+    if "SPECCHECK_DIGEST_ENV" not in (env or {}):
+        full.pop("SPECCHECK_DIGEST_ENV", None)
+    proc = subprocess.run([sys.executable, "-m", "speccheck.cli", *argv], cwd=folder, env=full, capture_output=True,
+                          text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+BATTERY37 = ("battery", "--verifier", "rule37:Rule", "--suite", "tiny.toml", "--store", "s.sqlite")
+
+
+def test_battery_store_reruns_when_a_helper_its_data_or_a_declared_variable_changed(project):
+    code, out, err = _speccheck(project, *BATTERY37)
+    assert code == 0 and "reusing" not in err, (out, err)
+    code, out, err = _speccheck(project, *BATTERY37)  # nothing changed: reused, and said so
+    assert code == 0 and "reusing" in err and "s.sqlite" in err and "stored since" in err, (out, err)
+    (project / "helper37" / "mode.txt").write_text("bad\n")  # a data file of the helper package
+    code, out, err = _speccheck(project, *BATTERY37)
+    assert code == 1 and "not reused" in err and "mode.txt" in err, (out, err)
+    (project / "helper37" / "mode.txt").write_text("good\n")
+    (project / "helper37" / "__init__.py").write_text(HELPER37.replace('== "bad" or', '!= "zzz" or'))  # the helper
+    code, out, err = _speccheck(project, *BATTERY37)
+    assert code == 1 and "not reused" in err and "__init__.py" in err, (out, err)
+    (project / "helper37" / "__init__.py").write_text(HELPER37)
+    assert _speccheck(project, *BATTERY37)[0] == 0
+    declared = {"SPECCHECK_DIGEST_ENV": "RULE37_MODE", "RULE37_MODE": "bad"}  # a declared variable
+    code, out, err = _speccheck(project, *BATTERY37, env=declared)
+    assert code == 1 and "environment variable RULE37_MODE" in err, (out, err)
+
+
+def test_calibrate_store_reruns_when_the_rules_file_changed(project):
+    argv = ("calibrate", "--verifier", "rule37:Rule", "--suite", "tiny.toml", "--store", "c.sqlite", "--seeds", "1",
+            "--workers", "1")
+    code, out, err = _speccheck(project, *argv)
+    assert code == 0 and "consistent" in out, (out, err)
+    (project / "rule37.py").write_text(RULE37.replace("if helper37.bad():", "if True:"))
+    code, out, err = _speccheck(project, *argv)
+    assert code == 1 and "TOO MANY FAILURES" in out, (out, err)
+    assert "not reused" in err and "rule37.py" in err, err
+
+
+def test_battery_store_resumes_a_builtin_rule(tmp_path, tiny_suite):
+    argv = ("battery", "--verifier", "dgrs", "--suite", tiny_suite, "--store", "s.sqlite")
+    code, out, err = _speccheck(tmp_path, *argv)
+    assert code == 0, (out, err)
+    code, out, err = _speccheck(tmp_path, *argv)
+    assert code == 0 and "reusing" in err, (out, err)
+    from speccheck.scale.store import ResultsStore
+
+    with ResultsStore(str(tmp_path / "s.sqlite"), readonly=True) as st:
+        assert len([j for j in st.jobs() if j["name"].startswith("battery-tiny-dgrs")]) == 1
