@@ -13,6 +13,12 @@ numeric dtypes (it never unpickles what the child sends), so whatever the child 
   ``MemoryError`` (the child's address space is capped at a stated fraction of physical
   memory), any other exception, or a *unit* that ran longer than ``timeout`` seconds.
 
+Processes: the child starts its own session (``os.setsid``), so it and every process it forks
+form one process group, which the parent kills (SIGKILL) when the child ends, times out or the
+parent is interrupted: a forked grandchild neither outlives the run nor holds the parent's
+output pipe open. A descendant that starts a session of its own leaves the group and is not
+seen; neither is anything left if the parent itself is killed with SIGKILL.
+
 Units: the job calls ``heartbeat(label)`` when it starts a unit of work (a battery cell, a
 grid cell); each unit, and the stretch before the first heartbeat, must finish within
 ``timeout`` seconds, else the child is killed and the error names the unit. Starting the
@@ -140,6 +146,8 @@ def _import_job(job: str) -> Callable[..., dict]:
 def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memory_limit: Optional[int],
                 streams: bool = False) -> None:
     """The child's entry point: every way out sends one message or dies (the parent sees EOF)."""
+    with contextlib.suppress(OSError):  # already a group leader: cannot happen for a fresh child
+        os.setsid()  # its own session and process group: the parent ends it with every descendant
     try:
         if memory_limit:
             import resource
@@ -169,12 +177,25 @@ def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memor
 
 
 def _stop(proc: Any) -> None:
+    """End the child, then every process left in its process group (a verifier's forked
+    grandchild would otherwise outlive the run and hold the parent's stdout pipe open)."""
     if proc.is_alive():
         proc.terminate()
         proc.join(2.0)
     if proc.is_alive():
         proc.kill()
         proc.join(2.0)
+    _end_group(proc.pid)
+
+
+def _end_group(pid: Optional[int]) -> None:
+    """SIGKILL the process group ``pid`` leads (the child's, see :func:`_child_main`), never ours."""
+    if not pid or not hasattr(os, "killpg"):
+        return
+    with contextlib.suppress(OSError):
+        if pid == os.getpgrp():
+            return
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _death_message(exitcode: Optional[int], what: str) -> str:

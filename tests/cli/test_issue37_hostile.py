@@ -152,3 +152,34 @@ def test_battery_store_resumes_a_builtin_rule(tmp_path, tiny_suite):
 
     with ResultsStore(str(tmp_path / "s.sqlite"), readonly=True) as st:
         assert len([j for j in st.jobs() if j["name"].startswith("battery-tiny-dgrs")]) == 1
+
+
+# ----------------------------------------------------------------------------- item 12: descendants
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie awaiting its reaper (it holds no pipe and runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
+def test_a_verifiers_forked_grandchild_neither_holds_the_pipe_nor_outlives_the_command(tmp_path, tiny_suite):
+    import subprocess
+    import sys
+
+    pidfile = tmp_path / "pids"
+    env = {**os.environ, "PYTHONPATH": ROOT, "SPECCHECK_TEST_PIDFILE": str(pidfile), "SPECCHECK_NO_PROGRESS": "1"}
+    # stdout is a pipe (`speccheck battery | tee log`): communicate returns only once every holder closed it
+    proc = subprocess.Popen([sys.executable, "-m", "speccheck.cli", "battery", "--verifier",
+                             "tests.cli.hostile:ForksSleeper", "--suite", tiny_suite, "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "RESULT: PASS" in out, (out[-1000:], err[-1000:])
+    pids = [int(x) for x in pidfile.read_text().split()]
+    assert pids, "the verifier forked nothing"
+    assert all(_gone(pid) for pid in pids), pids
