@@ -824,13 +824,14 @@ def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, 
 
     from speccheck.validation import battery
     from speccheck.validation.results import Localisation, TestResult
-    from speccheck.validation.suites import load_suite
+    from speccheck.validation.suites import check_cost, load_suite
 
     st = load_suite(suite)
     opts = spec.get("options", {})
     layers = battery.resolve_layers(opts.get("layers"))  # options checked here, before any unit runs
     Ks = battery._check_Ks(opts.get("Ks"))
     scale = battery._check_scale(opts.get("scale", 1.0))
+    check_cost(st, scale)  # a suite beyond the bounds is refused before any unit runs
     alpha = float(spec["family_alpha"])
 
     def cell_unit(run: Run, cell: tuple, extra: Optional[dict] = None) -> Unit:

@@ -183,3 +183,28 @@ def test_a_verifiers_forked_grandchild_neither_holds_the_pipe_nor_outlives_the_c
     pids = [int(x) for x in pidfile.read_text().split()]
     assert pids, "the verifier forked nothing"
     assert all(_gone(pid) for pid in pids), pids
+
+
+# ----------------------------------------------------------------------------- item 13: bounded suites
+@pytest.mark.parametrize("section, words", [
+    ("[scalar]\ndeltas = [1.0]\nK = [1]\nn = 1000000000000000\n", "[scalar] n = 1000000000000000"),
+    ("[scalar]\ndeltas = [1.0]\nK = [1]\nn = 1e15\n", "[scalar] n must be an integer"),
+    ("[scalar]\ndeltas = [1.0]\nK = [1]\nn = 64\n[contract]\nn = 2000000000\n", "[contract] n = 2000000000"),
+    ("[scalar]\ndeltas = [1.0]\nK = 2\nn = 64\n", "[scalar] K must be a list of integers"),
+    ("[trajectory]\nn_traj = -1\n", "[trajectory] n_traj = -1"),
+    ("[wrapper]\ndims = [1000000000]\nn = 64\n", "[wrapper] dims = [1000000000]"),
+    ("[scalar]\nK = [1]\nn = 64\ndeltas = [" + ", ".join(f"{i * 1e-4:.4f}" for i in range(100_000)) + "]\n",
+     "[scalar] deltas holds 100000 values"),
+])
+def test_a_suite_beyond_the_bounds_is_exit_2_naming_the_field(section, words, tmp_path, capsys):
+    suite = write_suite(tmp_path, f'name = "big"\n{section}')
+    code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", suite, "--no-progress"], capsys)
+    assert code == 2 and words in err and "internal error" not in err, err
+
+
+def test_the_battery_states_the_cost_before_running_and_refuses_a_huge_scale(tiny_suite, capsys):
+    code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", tiny_suite, "--no-progress"], capsys)
+    assert code == 0 and "verify calls" in err and "rows" in err and "MiB" in err, err
+    code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", "full", "--scale", "100", "--layers", "L1",
+                              "--no-progress"], capsys)
+    assert code == 2 and "[scalar] n = 16777216 times scale 100" in err, err
