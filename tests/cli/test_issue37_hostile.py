@@ -208,3 +208,52 @@ def test_the_battery_states_the_cost_before_running_and_refuses_a_huge_scale(tin
     code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", "full", "--scale", "100", "--layers", "L1",
                               "--no-progress"], capsys)
     assert code == 2 and "[scalar] n = 16777216 times scale 100" in err, err
+
+
+# ----------------------------------------------------------------------------- item 11: exceptions, memory
+@pytest.fixture(scope="module")
+def sequence_suite(tmp_path_factory):
+    extra = "[sequence]\nK = [1, 2]\ncalls = 150\nsmall_calls = 0\n"
+    return write_suite(tmp_path_factory.mktemp("seq"), tiny_suite_text("tiny-37-seq", extra=extra))
+
+
+@pytest.mark.parametrize("name, words", [
+    ("RaisesAfterContract", "verify raised RuntimeError: boom"),
+    ("RaisesOnCall20", "verify raised ValueError on a repeated call: boom on call 20"),
+    ("RaisesOnCall100", "verify raised ValueError: boom on call 100"),
+    ("LazyGenerator", "verify returned a lazy generator"),
+])
+def test_an_exception_or_a_lazy_generator_from_verify_is_a_defect(name, words, sequence_suite, capsys):
+    code, out, err = run_cli(["battery", "--verifier", f"tests.cli.hostile37:{name}", "--suite", sequence_suite,
+                              "--no-progress", "--timeout", "60"], capsys)
+    assert code == 1 and "RESULT: FAIL" in out and words in out, (out[-2000:], err[-2000:])
+    from tests.cli import hostile37
+
+    assert f"verifier={getattr(hostile37, name).name}" in out  # the report names the verifier
+
+
+def test_torch_cpu_out_of_memory_is_no_verdict(tiny_suite, capsys):
+    code, out, err = run_cli(["battery", "--verifier", "tests.cli.hostile37:CpuOutOfMemory", "--suite", tiny_suite,
+                              "--no-progress", "--timeout", "60"], capsys)
+    assert code == 2 and "out of memory" in err and "RESULT" not in out, (out, err)
+
+
+def test_the_batterys_own_allocation_failing_is_no_verdict_not_blamed_on_the_rule():
+    from speccheck.validation.battery import run_battery
+    from speccheck.validation.verdict import judge
+    from tests.cli.hostile import Exact
+
+    report = run_battery(Exact(), write_suite_text_free())
+    cell = next(r for r in report.results if r.layer == "L1")
+    cell.passed, cell.note = False, ("verify raised RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. "
+                                     "DefaultCPUAllocator: not enough memory: you tried to allocate 9e12 bytes.")
+    outcome = judge(report)
+    assert outcome.verdict == "no_verdict" and "out of memory" in outcome.reason and outcome.exit_code == 2
+
+
+def write_suite_text_free():
+    """The tiny suite as a Suite object (no file)."""
+    from speccheck.validation.suites import parse_suite
+
+    return parse_suite({"name": "tiny-mem", "seed": 5, "scalar": {"deltas": [1.0], "K": [1], "n": 2048},
+                        "contract": {"n": 64}})
