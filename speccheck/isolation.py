@@ -236,6 +236,43 @@ def _raise_from_message(message: dict, what: str) -> None:
     raise errors.IsolatedCodeError(f"{what} raised {type_name}: {text}")
 
 
+class _ExitCalled(BaseException):
+    """``os._exit(code)`` called by user code running in this process under :func:`exits_guarded`."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def exits_guarded(what: str) -> Iterator[None]:
+    """Run user code IN THIS PROCESS (a verifier object: ``battery(obj, isolate=False)``, the pytest
+    fixture) so that its exits cannot end the process with a status it chose: ``sys.exit`` /
+    ``SystemExit`` and ``os._exit`` (replaced for the duration, in this process only: a child it
+    forks exits as usual) become :class:`~speccheck.errors.IsolatedCodeError` (no verdict, exit
+    code 2). ``KeyboardInterrupt`` passes through. What cannot be caught in a process: an exit from
+    native code (``posix._exit``, ``ctypes``' ``exit``, a C extension), a crash or a signal; run the
+    verifier by its spec string (isolated) for those."""
+    real_exit, owner = os._exit, os.getpid()
+
+    def trapped(code: int = 0) -> None:  # noqa: ANN001 - os._exit's signature
+        if os.getpid() != owner:  # a process the user code forked: exit as asked
+            real_exit(code)
+        raise _ExitCalled(code)
+
+    os._exit = trapped
+    try:
+        yield
+    except SystemExit as exc:
+        raise errors.IsolatedCodeError(f"{what} called sys.exit({exc.code!r}) before the job finished; no result was "
+                                       "produced, so there is no verdict") from None
+    except _ExitCalled as exc:
+        raise errors.IsolatedCodeError(f"{what} called os._exit({exc.code!r}) before the job finished (caught: it ran "
+                                       "in this process); no verdict") from None
+    finally:
+        os._exit = real_exit
+
+
 @contextlib.contextmanager
 def _main_hidden() -> Iterator[None]:
     """Start the child without re-running the caller's ``__main__`` (spawn would import it
@@ -243,12 +280,20 @@ def _main_hidden() -> Iterator[None]:
     recurse). The job is named by module path and needs nothing from ``__main__``."""
     main = sys.modules.get("__main__")
     saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    safe_path = os.environ.get("PYTHONSAFEPATH")
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
             main.__dict__["__spec__"] = None
+        # the child's interpreter must not put the working folder first on sys.path (a random.py
+        # there would replace the standard library's module before the job starts)
+        os.environ["PYTHONSAFEPATH"] = "1"
         yield
     finally:
+        if safe_path is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe_path
         if main is not None:
             main.__dict__.update(saved)
             if "__spec__" not in saved:

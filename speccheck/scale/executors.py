@@ -54,7 +54,10 @@ _MALLOC = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str
 _WORKER_MALLOC = {f"distributed.nanny.pre-spawn-environ.{name}": int(value) for name, value in _MALLOC.items()}
 # The template's environment (glibc reads the malloc variables when a process starts; forked
 # workers inherit the template's allocator and thread settings).
-_TEMPLATE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **_MALLOC}
+# PYTHONSAFEPATH: the template's interpreter does not put the working folder first on sys.path, so
+# a random.py or numbers.py there never replaces the standard library's module in the workers
+_TEMPLATE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONSAFEPATH": "1",
+                 **_MALLOC}
 # What local workers import before their first unit: every unit kind's modules (the sampler and
 # the theory for sweeps, the battery for calibrations, mutants and battery cells).
 SWEEP_MODULES = ("speccheck.scale.units", "speccheck.sampler.experiments", "speccheck.theory")

@@ -112,12 +112,19 @@ class ResultsStore:
                              "give a file such as results/speccheck.sqlite")
         if os.path.isdir(self.path):
             raise InputError(f"--store {self.path} is a folder; give a file path such as {self.path}/results.sqlite")
+        if os.path.exists(self.path) and not os.path.isfile(self.path):
+            raise InputError(f"--store {self.path} is not a regular file (a FIFO, device or socket); give a file path")
         exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
         if not exists and (readonly or not create):
+            if os.path.exists(self.path):
+                raise FileFormatError(f"results store {self.path} is empty (0 bytes): it holds no results (run the "
+                                      "job first, or check --store)")
             raise FileFormatError(f"results store {self.path} does not exist (run the job first, or check --store)")
         if exists:
             self._check_header()
-        else:
+            if not readonly:
+                self._check_writable()
+        else:  # missing or 0 bytes: a new, empty store
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         try:
             if readonly:
@@ -132,8 +139,25 @@ class ResultsStore:
                 self._check_schema()
             else:
                 self._init_schema()
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise self._read_only(str(exc)) from None
+            raise _refuse(self.path, f"cannot be read as SQLite ({exc})") from None
         except sqlite3.DatabaseError as exc:
             raise _refuse(self.path, f"cannot be read as SQLite ({exc})") from None
+
+    def _read_only(self, detail: str) -> InputError:
+        return InputError(f"results store {self.path} cannot be written ({detail}): the file or its folder is "
+                          "read-only or immutable. `speccheck results list|show|export` can read it; to run a job, "
+                          "give a writable --store (or copy this one)")
+
+    def _check_writable(self) -> None:
+        """A store a job will write: the file and its folder (SQLite's journal files) writable."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.access(self.path, os.W_OK):
+            raise self._read_only("no write permission on the file, or it is immutable")
+        if not os.access(folder, os.W_OK):
+            raise self._read_only(f"no write permission on its folder {folder}, or it is immutable")
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """Open for reading only (``mode=ro``): a store in a read-only file or folder can be listed,

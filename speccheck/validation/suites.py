@@ -160,6 +160,10 @@ def find_suite(name_or_path: str) -> Path:
     p = Path(name_or_path).expanduser()
     if p.is_file():
         return p
+    if p.exists():  # never opened: a FIFO would block, /dev/zero never ends
+        kind = "a folder" if p.is_dir() else "a FIFO" if p.is_fifo() else "a character device" if p.is_char_device() \
+            else "a block device" if p.is_block_device() else "a socket" if p.is_socket() else "not a regular file"
+        raise LoadError(f"suite file {str(p)!r} is {kind}, not a regular file; give a .toml file")
     if p.suffix == ".toml" or len(p.parts) > 1:
         raise LoadError(f"suite file {str(p)!r} does not exist")
     for d in suite_dirs():

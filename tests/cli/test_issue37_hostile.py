@@ -257,3 +257,135 @@ def write_suite_text_free():
 
     return parse_suite({"name": "tiny-mem", "seed": 5, "scalar": {"deltas": [1.0], "K": [1], "n": 2048},
                         "contract": {"n": 64}})
+
+
+# ----------------------------------------------------------------------------- item 14: escapes and inputs
+PYTEST_FILE = '''
+from tests.cli.hostile37 import OsExitInProcess
+
+
+def test_mine(speccheck_battery):
+    speccheck_battery(OsExitInProcess(), "{suite}")
+'''
+
+
+def test_a_pytest_session_whose_verifier_object_calls_os_exit_does_not_end_with_0(tmp_path, tiny_suite):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_osexit37.py").write_text(PYTEST_FILE.format(suite=tiny_suite))
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    # the fixture comes from speccheck's pytest11 entry point, as in a verifier author's CI
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_osexit37.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "os._exit(0)" in proc.stdout and "no verdict" in proc.stdout and "1 failed" in proc.stdout
+
+
+@pytest.mark.parametrize("name, words", [("RaisesSystemExit", "called sys.exit(0)"),
+                                         ("OsExitInProcess", "called os._exit(0)")])
+def test_exits_from_an_in_process_verifier_are_no_verdict_not_the_process_end(name, words, tiny_suite):
+    from speccheck import battery
+    from tests.cli import hostile37
+
+    outcome = battery(getattr(hostile37, name)(), tiny_suite, isolate=False)
+    assert outcome.verdict == "no_verdict" and outcome.exit_code == 2 and words in outcome.reason
+    assert os._exit.__module__ in ("posix", "nt", "os")  # restored
+
+
+def test_keyboard_interrupt_from_an_in_process_verifier_is_re_raised(tiny_suite):
+    from speccheck import battery
+    from tests.cli.hostile37 import RaisesKeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        battery(RaisesKeyboardInterrupt(), tiny_suite, isolate=False)
+
+
+def test_figures_on_a_corrupt_sweep_store_without_running_is_exit_2_naming_it(tmp_path, capsys):
+    corrupt = tmp_path / "sweep.sqlite"
+    corrupt.write_text("not a database\n")
+    code, out, err = run_cli(["figures", "--sweep", str(corrupt), "--no-sweep-run", "--out", str(tmp_path / "f"),
+                              "--only", "6"], capsys)
+    assert code == 2 and "sweep.sqlite" in err, (out, err)
+
+
+@pytest.mark.parametrize("shadow", ["random.py", "json.py", "numbers.py"])
+def test_a_stdlib_shadowing_file_in_the_working_folder_is_a_clear_exit_2(shadow, tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / shadow).write_text("raise RuntimeError('not the standard library')\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-m", "speccheck.cli", "theory", "--K", "2", "--delta", "1"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    name = shadow[:-3]
+    if name in sys.modules and proc.returncode == 0:  # loaded from the standard library before the folder mattered
+        return
+    assert proc.returncode == 2, (proc.stdout[-500:], proc.stderr[-1500:])
+    assert f"standard library's module {name!r}" in proc.stderr and "Traceback" not in proc.stderr
+    assert "internal error" not in proc.stderr
+
+
+def test_the_isolated_worker_never_imports_a_shadowing_file_from_the_working_folder(tmp_path, tiny_suite):
+    import subprocess
+
+    (tmp_path / "numbers.py").write_text("raise RuntimeError('not the standard library')\n")
+    speccheck = os.path.join(os.path.dirname(os.path.realpath(__import__("sys").executable)), "speccheck")
+    if not os.path.exists(speccheck):
+        pytest.skip("no speccheck console script beside this python")
+    env = {**os.environ, "PYTHONPATH": ROOT, "SPECCHECK_NO_PROGRESS": "1"}
+    proc = subprocess.run([speccheck, "battery", "--verifier", "dgrs", "--suite", tiny_suite], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, (proc.stdout[-500:], proc.stderr[-1500:])
+
+
+def test_a_fifo_or_a_device_as_suite_is_refused_without_blocking(tmp_path, capsys):
+    fifo = tmp_path / "suite.toml"
+    os.mkfifo(fifo)
+    for path, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a character device"), (str(tmp_path), "a folder")):
+        code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", path, "--no-progress"], capsys)
+        assert code == 2 and f"is {kind}, not a regular file" in err, err
+
+
+def test_an_empty_store_is_reported_as_empty_and_used_as_a_new_one(tmp_path, tiny_suite, capsys):
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    code, out, err = run_cli(["results", "list", "--store", str(empty)], capsys)
+    assert code == 2 and "is empty (0 bytes)" in err, err
+    code, out, err = run_cli(["battery", "--verifier", "dgrs", "--suite", tiny_suite, "--store", str(empty),
+                              "--no-progress"], capsys)
+    assert code == 0 and "RESULT: PASS" in out, (out, err)
+
+
+def test_a_read_only_store_is_reported_as_read_only_naming_the_file(tmp_path, monkeypatch):
+    from speccheck.errors import InputError
+    from speccheck.scale.store import ResultsStore
+
+    store = str(tmp_path / "s.sqlite")
+    ResultsStore(store).close()
+    real_access = os.access
+    # read-only permissions, seen as a user without the power to override them (root writes anyway)
+    monkeypatch.setattr(os, "access", lambda path, mode: False if mode == os.W_OK and str(path) == store
+                        else real_access(path, mode))
+    with pytest.raises(InputError, match=r"s.sqlite cannot be written .*read-only or immutable") as info:
+        ResultsStore(store)
+    assert "corrupt" not in str(info.value) and "Move it aside" not in str(info.value)
+    ResultsStore(store, readonly=True).close()  # reading it stays possible
+
+
+def test_an_immutable_store_is_reported_as_read_only(tmp_path, tiny_suite, capsys):
+    import subprocess
+
+    store = tmp_path / "s.sqlite"
+    from speccheck.scale.store import ResultsStore
+
+    ResultsStore(str(store)).close()
+    if subprocess.run(["chattr", "+i", str(store)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not permitted here")
+    try:
+        code, out, err = run_cli(["calibrate", "--verifier", "dgrs", "--suite", tiny_suite, "--store", str(store),
+                                  "--seeds", "1", "--workers", "1", "--no-progress"], capsys)
+    finally:
+        subprocess.run(["chattr", "-i", str(store)], capture_output=True)
+    assert code == 2 and "s.sqlite cannot be written" in err and "corrupt" not in err, err
