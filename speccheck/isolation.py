@@ -335,55 +335,92 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
     label, budget = "starting the worker process", startup_s
     unit_start = time.monotonic()
     try:
-        while True:
-            remaining = unit_start + budget - time.monotonic()
-            if remaining <= 0:
-                _stop(proc)
-                which = "the timeout" if budget == timeout else "the worker's start-up allowance"
-                raise errors.IsolatedCodeError(
-                    f"{what}: unit '{label}' ran longer than {which} ({budget:g} s; --timeout sets the timeout) "
-                    "and was stopped; no verdict")
-            if not parent_conn.poll(min(remaining, _POLL_S)):
-                if not proc.is_alive() and not parent_conn.poll(0):
-                    break
-                continue
-            try:
-                message = _recv(parent_conn)
-                if not isinstance(message, dict):
-                    raise TypeError(f"a {type(message).__name__}, not a message")
-            except (EOFError, OSError):
-                break
-            except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                _stop(proc)
-                raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
-            kind = message.get("kind")
-            if kind == "started":
-                label, budget, unit_start = "loading", timeout, time.monotonic()
-            elif kind == "beat":
-                label, budget, unit_start = str(message.get("label", "?")), timeout, time.monotonic()
-                if on_beat is not None:
-                    on_beat(label)
-            elif kind == "value" and on_value is not None:
-                value = message.get("value")
-                if not isinstance(value, dict):
-                    _stop(proc)
-                    raise errors.IsolatedCodeError(f"{what}: the worker emitted {type(value).__name__}, not a value")
-                on_value(value)
-            elif kind == "result":
-                proc.join(5.0)
-                _stop(proc)
-                value = message.get("value")
-                if not isinstance(value, dict):
-                    raise errors.IsolatedCodeError(f"{what}: the worker returned {type(value).__name__}, not a result")
-                return value
-            else:
-                proc.join(5.0)
-                _stop(proc)
-                _raise_from_message(message, what)
-        proc.join(5.0)
-        exitcode = proc.exitcode
-        _stop(proc)
-        raise errors.IsolatedCodeError(_death_message(exitcode, what))
+        with _group_ended_on_sigterm(proc):
+            return _wait(proc, parent_conn, what=what, timeout=timeout, label=label, budget=budget,
+                         unit_start=unit_start, on_beat=on_beat, on_value=on_value)
     finally:
         _stop(proc)
         parent_conn.close()
+
+
+@contextlib.contextmanager
+def _group_ended_on_sigterm(proc: Any) -> Iterator[None]:
+    """While waiting, a SIGTERM to this process (a CI job cancelled, ``kill``) first ends the
+    child's process group, then takes its usual course: the child's session would otherwise
+    outlive this process. Only from the main thread (where handlers can be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        with contextlib.suppress(Exception):
+            proc.kill()
+        _end_group(proc.pid)
+        signal.signal(signal.SIGTERM, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            os.kill(os.getpid(), signal.SIGTERM)  # the default action, now restored
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait(proc: Any, parent_conn: Any, *, what: str, timeout: float, label: str, budget: float, unit_start: float,
+          on_beat: Optional[Callable[[str], None]], on_value: Optional[Callable[[dict], None]]) -> dict:
+    """The parent's side of :func:`run_isolated`: messages until the result, an error or the child's end."""
+    while True:
+        remaining = unit_start + budget - time.monotonic()
+        if remaining <= 0:
+            _stop(proc)
+            which = "the timeout" if budget == timeout else "the worker's start-up allowance"
+            raise errors.IsolatedCodeError(
+                f"{what}: unit '{label}' ran longer than {which} ({budget:g} s; --timeout sets the timeout) "
+                "and was stopped; no verdict")
+        if not parent_conn.poll(min(remaining, _POLL_S)):
+            if not proc.is_alive() and not parent_conn.poll(0):
+                break
+            continue
+        try:
+            message = _recv(parent_conn)
+            if not isinstance(message, dict):
+                raise TypeError(f"a {type(message).__name__}, not a message")
+        except (EOFError, OSError):
+            break
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            _stop(proc)
+            raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
+        kind = message.get("kind")
+        if kind == "started":
+            label, budget, unit_start = "loading", timeout, time.monotonic()
+        elif kind == "beat":
+            label, budget, unit_start = str(message.get("label", "?")), timeout, time.monotonic()
+            if on_beat is not None:
+                on_beat(label)
+        elif kind == "value" and on_value is not None:
+            value = message.get("value")
+            if not isinstance(value, dict):
+                _stop(proc)
+                raise errors.IsolatedCodeError(f"{what}: the worker emitted {type(value).__name__}, not a value")
+            on_value(value)
+        elif kind == "result":
+            proc.join(5.0)
+            _stop(proc)
+            value = message.get("value")
+            if not isinstance(value, dict):
+                raise errors.IsolatedCodeError(f"{what}: the worker returned {type(value).__name__}, not a result")
+            return value
+        else:
+            proc.join(5.0)
+            _stop(proc)
+            _raise_from_message(message, what)
+    proc.join(5.0)
+    exitcode = proc.exitcode
+    _stop(proc)
+    raise errors.IsolatedCodeError(_death_message(exitcode, what))

@@ -98,3 +98,22 @@ class RaisesOnCall100(RaisesOnCall20):
         if self.calls >= 100:
             raise ValueError("boom on call 100")
         return Exact.verify(self, delta, s, generator)
+
+
+class ForksThenHangs(Exact):
+    """Forks a sleeping grandchild (its pid to ``$SPECCHECK_TEST_PIDFILE``), then hangs in verify."""
+
+    name = "hostile-forks-then-hangs"
+
+    def verify(self, delta, s, generator=None):
+        import time
+
+        pid = os.fork()
+        if pid == 0:
+            try:
+                time.sleep(600)
+            finally:
+                os._exit(0)
+        with open(os.environ["SPECCHECK_TEST_PIDFILE"], "a") as fh:
+            fh.write(f"{pid}\n")
+        time.sleep(600)

@@ -389,3 +389,29 @@ def test_an_immutable_store_is_reported_as_read_only(tmp_path, tiny_suite, capsy
     finally:
         subprocess.run(["chattr", "-i", str(store)], capture_output=True)
     assert code == 2 and "s.sqlite cannot be written" in err and "corrupt" not in err, err
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
+def test_sigterm_to_the_command_ends_the_verifiers_whole_process_group(tmp_path, tiny_suite):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "pids"
+    env = {**os.environ, "PYTHONPATH": ROOT, "SPECCHECK_TEST_PIDFILE": str(pidfile), "SPECCHECK_NO_PROGRESS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "speccheck.cli", "battery", "--verifier",
+                             "tests.cli.hostile37:ForksThenHangs", "--suite", tiny_suite, "--timeout", "300"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert pidfile.exists(), "the verifier never ran"
+        proc.send_signal(signal.SIGTERM)  # a CI job cancelled: the parent only
+        proc.communicate(timeout=60)  # the pipe closes: nothing the verifier started holds it
+    finally:
+        proc.kill()
+    pids = [int(x) for x in pidfile.read_text().split()]
+    time.sleep(1.0)
+    assert all(_gone(pid) for pid in pids), pids
