@@ -476,8 +476,10 @@ class SuiteCost:
 
     def describe(self) -> str:
         per = ", ".join(f"[{name}] {rows:,} rows" for name, rows in self.layers)
-        return (f"cost: about {self.calls:,} verify calls, {self.rows:,} rows, peak memory about "
-                f"{self.memory_bytes / 2**20:,.0f} MiB ({per})")
+        mib = self.memory_bytes / 2**20
+        memory = f"{mib:,.1f}" if mib < 10 else f"{mib:,.0f}"
+        return (f"cost: about {self.calls:,} verify calls, {self.rows:,} rows, peak memory about {memory} MiB "
+                f"({per})")
 
 
 def _scaled(n: int, scale: float, minimum: int = 1) -> int:
