@@ -246,6 +246,12 @@ def stale(recorded: dict) -> list[str]:
         if now != version:
             changed.append(f"{dist} {version} -> {now}")
     for path, sha in (recorded.get("files") or {}).items():
-        if _file_sha(path) != sha:
+        if os.path.exists(path) and _file_sha(path) != sha:
             changed.append(f"file {path}")
     return changed
+
+
+def unseen(recorded: dict) -> list[str]:
+    """The recorded files this machine cannot see (a unit run on another host of a cluster):
+    :func:`stale` cannot compare them, and a reuse says so."""
+    return [path for path in (recorded.get("files") or {}) if not os.path.exists(path)]

@@ -103,7 +103,7 @@ def reusable(store: ResultsStore, job: str, keys: Sequence[str], log: Optional[L
     import sys
     import time
 
-    from speccheck.scale.deps import stale
+    from speccheck.scale.deps import stale, unseen
 
     log = log or (lambda line: print(f"speccheck: {line}", file=sys.stderr, flush=True))
     wanted = set(keys)
@@ -113,7 +113,7 @@ def reusable(store: ResultsStore, job: str, keys: Sequence[str], log: Optional[L
     manifests = store.manifests(job)
     verdicts: dict[str, list[str]] = {}  # manifest text -> what changed (one check per distinct manifest)
     old: dict[str, list[str]] = {}
-    unrecorded = []
+    unrecorded, hidden = [], set()
     for key in sorted(done):
         if key not in manifests:
             unrecorded.append(key)
@@ -121,6 +121,7 @@ def reusable(store: ResultsStore, job: str, keys: Sequence[str], log: Optional[L
         text = json.dumps(manifests[key], sort_keys=True)
         if text not in verdicts:
             verdicts[text] = stale(manifests[key])
+            hidden.update(unseen(manifests[key]))
         if verdicts[text]:
             old[key] = verdicts[text]
     if old:
@@ -135,7 +136,9 @@ def reusable(store: ResultsStore, job: str, keys: Sequence[str], log: Optional[L
         codes = sorted({r.code_version for r in rows})
         log(f"reusing {len(kept)} stored unit(s) of job {job!r} from {store.path} (stored since {when}, code "
             f"{', '.join(codes[:2])}; " + (f"{len(unrecorded)} with no recorded dependencies, stored by an older "
-                                           "speccheck" if unrecorded else "their dependencies unchanged") + ")")
+                                           "speccheck" if unrecorded else "their dependencies unchanged")
+            + (f"; {len(hidden)} recorded file(s) not visible on this machine, not compared (units run on other "
+               f"hosts), e.g. {sorted(hidden)[0]}" if hidden else "") + ")")
     return kept
 
 

@@ -56,4 +56,6 @@ def test_manifest_records_project_files_data_dists_and_declared_variables(tmp_pa
     assert any("table.csv" in c for c in changed) and "environment variable DEP37_VAR" in changed
     assert deps.stale({**recorded, "dists": {"numpy": "0.0"}}) != []
     assert deps.stale({**recorded, "code": "old"}) != []
+    elsewhere = {**recorded, "env": deps.declared_env(), "files": {"/no/such/host/path.py": "0" * 16}}  # another host
+    assert deps.stale(elsewhere) == [] and deps.unseen(elsewhere) == ["/no/such/host/path.py"]
     sys.modules.pop("dep37pkg", None)
