@@ -161,6 +161,7 @@ class InProcessExecutor:
         return self
 
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
+        from speccheck.isolation import exits_guarded
         from speccheck.scale.units import heartbeat_to, run_unit
 
         bar = Progress(len(units), self.name, self.progress)
@@ -169,7 +170,8 @@ class InProcessExecutor:
                 self.on_start(unit)
             if self.heartbeat is not None:
                 self.heartbeat(f"{unit.kind} {unit.key}")
-            with heartbeat_to(self.heartbeat):
+            # the unit's code runs in this process: its os._exit must not end it (sys.exit is run_unit's)
+            with heartbeat_to(self.heartbeat), exits_guarded(f"unit {unit.kind} {unit.key}"):
                 outcome = run_unit(unit)
             on_result(unit, outcome)
             bar.step()

@@ -415,3 +415,10 @@ def test_sigterm_to_the_command_ends_the_verifiers_whole_process_group(tmp_path,
     pids = [int(x) for x in pidfile.read_text().split()]
     time.sleep(1.0)
     assert all(_gone(pid) for pid in pids), pids
+
+
+def test_os_exit_from_a_spec_run_in_this_process_is_no_verdict(tiny_suite):
+    from speccheck import battery
+
+    outcome = battery("tests.cli.hostile37:OsExitInProcess", tiny_suite, isolate=False)
+    assert outcome.verdict == "no_verdict" and "os._exit(0)" in outcome.reason
