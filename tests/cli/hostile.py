@@ -194,12 +194,19 @@ class ForksSleeper(Exact):
     def verify(self, delta, s, generator=None):
         if not ForksSleeper.forked:
             ForksSleeper.forked = True
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    time.sleep(600)
-                finally:
-                    os._exit(0)
-            with open(os.environ["SPECCHECK_TEST_PIDFILE"], "a") as fh:
-                fh.write(f"{pid}\n")
+            fork_sleeper()
         return super().verify(delta, s, generator)
+
+
+def fork_sleeper() -> int:
+    """Fork a child that sleeps ten minutes (holding this process's pipes); its pid is appended
+    to ``$SPECCHECK_TEST_PIDFILE`` and returned."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(600)
+        finally:
+            os._exit(0)
+    with open(os.environ["SPECCHECK_TEST_PIDFILE"], "a") as fh:
+        fh.write(f"{pid}\n")
+    return pid

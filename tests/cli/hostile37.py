@@ -108,12 +108,7 @@ class ForksThenHangs(Exact):
     def verify(self, delta, s, generator=None):
         import time
 
-        pid = os.fork()
-        if pid == 0:
-            try:
-                time.sleep(600)
-            finally:
-                os._exit(0)
-        with open(os.environ["SPECCHECK_TEST_PIDFILE"], "a") as fh:
-            fh.write(f"{pid}\n")
+        from tests.cli.hostile import fork_sleeper
+
+        fork_sleeper()
         time.sleep(600)

@@ -164,17 +164,22 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
-def test_a_verifiers_forked_grandchild_neither_holds_the_pipe_nor_outlives_the_command(tmp_path, tiny_suite):
+def _battery_process(verifier: str, suite: str, pidfile, timeout: int):  # noqa: ANN001, ANN202 - a Popen
+    """``speccheck battery`` in a process of its own, stdout and stderr pipes (`| tee log`)."""
     import subprocess
     import sys
 
-    pidfile = tmp_path / "pids"
     env = {**os.environ, "PYTHONPATH": ROOT, "SPECCHECK_TEST_PIDFILE": str(pidfile), "SPECCHECK_NO_PROGRESS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "speccheck.cli", "battery", "--verifier", verifier, "--suite",
+                             suite, "--timeout", str(timeout)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
+def test_a_verifiers_forked_grandchild_neither_holds_the_pipe_nor_outlives_the_command(tmp_path, tiny_suite):
+    pidfile = tmp_path / "pids"
     # stdout is a pipe (`speccheck battery | tee log`): communicate returns only once every holder closed it
-    proc = subprocess.Popen([sys.executable, "-m", "speccheck.cli", "battery", "--verifier",
-                             "tests.cli.hostile:ForksSleeper", "--suite", tiny_suite, "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc = _battery_process("tests.cli.hostile:ForksSleeper", tiny_suite, pidfile, 120)
     try:
         out, err = proc.communicate(timeout=240)
     finally:
@@ -394,15 +399,10 @@ def test_an_immutable_store_is_reported_as_read_only(tmp_path, tiny_suite, capsy
 @pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="needs fork and /proc")
 def test_sigterm_to_the_command_ends_the_verifiers_whole_process_group(tmp_path, tiny_suite):
     import signal
-    import subprocess
-    import sys
     import time
 
     pidfile = tmp_path / "pids"
-    env = {**os.environ, "PYTHONPATH": ROOT, "SPECCHECK_TEST_PIDFILE": str(pidfile), "SPECCHECK_NO_PROGRESS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "speccheck.cli", "battery", "--verifier",
-                             "tests.cli.hostile37:ForksThenHangs", "--suite", tiny_suite, "--timeout", "300"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc = _battery_process("tests.cli.hostile37:ForksThenHangs", tiny_suite, pidfile, 300)
     try:
         deadline = time.monotonic() + 180
         while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
