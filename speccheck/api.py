@@ -83,9 +83,15 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
         if isolate or workers > 1 or scheduler:
             raise errors.InputError("a verifier object runs only in this process (isolate=False); to isolate it, "
                                     "pass its spec string 'package.module:attr'")
-        with torch_threads(threads):
-            report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress,
-                                    **_run_kwargs(options))
+        from speccheck.isolation import exits_guarded
+
+        try:  # sys.exit / os._exit from the object's code: no verdict, never the process's end
+            with torch_threads(threads), \
+                    exits_guarded(f"verifier {getattr(verifier, 'name', type(verifier).__name__)!r}"):
+                report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress,
+                                        **_run_kwargs(options))
+        except errors.IsolatedCodeError as exc:
+            return no_verdict(str(exc))
         return judge(report)
     from speccheck.scale import jobs
     from speccheck.scale.executors import ALL_MODULES, InProcessExecutor, IsolatedExecutor, make_executor

@@ -13,6 +13,12 @@ numeric dtypes (it never unpickles what the child sends), so whatever the child 
   ``MemoryError`` (the child's address space is capped at a stated fraction of physical
   memory), any other exception, or a *unit* that ran longer than ``timeout`` seconds.
 
+Processes: the child starts its own session (``os.setsid``), so it and every process it forks
+form one process group, which the parent kills (SIGKILL) when the child ends, times out or the
+parent is interrupted: a forked grandchild neither outlives the run nor holds the parent's
+output pipe open. A descendant that starts a session of its own leaves the group and is not
+seen; neither is anything left if the parent itself is killed with SIGKILL.
+
 Units: the job calls ``heartbeat(label)`` when it starts a unit of work (a battery cell, a
 grid cell); each unit, and the stretch before the first heartbeat, must finish within
 ``timeout`` seconds, else the child is killed and the error names the unit. Starting the
@@ -140,6 +146,8 @@ def _import_job(job: str) -> Callable[..., dict]:
 def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memory_limit: Optional[int],
                 streams: bool = False) -> None:
     """The child's entry point: every way out sends one message or dies (the parent sees EOF)."""
+    with contextlib.suppress(OSError):  # already a group leader: cannot happen for a fresh child
+        os.setsid()  # its own session and process group: the parent ends it with every descendant
     try:
         if memory_limit:
             import resource
@@ -169,12 +177,25 @@ def _child_main(conn: Any, job: str, kwargs: dict, preload: Sequence[str], memor
 
 
 def _stop(proc: Any) -> None:
+    """End the child, then every process left in its process group (a verifier's forked
+    grandchild would otherwise outlive the run and hold the parent's stdout pipe open)."""
     if proc.is_alive():
         proc.terminate()
         proc.join(2.0)
     if proc.is_alive():
         proc.kill()
         proc.join(2.0)
+    _end_group(proc.pid)
+
+
+def _end_group(pid: Optional[int]) -> None:
+    """SIGKILL the process group ``pid`` leads (the child's, see :func:`_child_main`), never ours."""
+    if not pid or not hasattr(os, "killpg"):
+        return
+    with contextlib.suppress(OSError):
+        if pid == os.getpgrp():
+            return
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _death_message(exitcode: Optional[int], what: str) -> str:
@@ -215,6 +236,43 @@ def _raise_from_message(message: dict, what: str) -> None:
     raise errors.IsolatedCodeError(f"{what} raised {type_name}: {text}")
 
 
+class _ExitCalled(BaseException):
+    """``os._exit(code)`` called by user code running in this process under :func:`exits_guarded`."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def exits_guarded(what: str) -> Iterator[None]:
+    """Run user code IN THIS PROCESS (a verifier object: ``battery(obj, isolate=False)``, the pytest
+    fixture) so that its exits cannot end the process with a status it chose: ``sys.exit`` /
+    ``SystemExit`` and ``os._exit`` (replaced for the duration, in this process only: a child it
+    forks exits as usual) become :class:`~speccheck.errors.IsolatedCodeError` (no verdict, exit
+    code 2). ``KeyboardInterrupt`` passes through. What cannot be caught in a process: an exit from
+    native code (``posix._exit``, ``ctypes``' ``exit``, a C extension), a crash or a signal; run the
+    verifier by its spec string (isolated) for those."""
+    real_exit, owner = os._exit, os.getpid()
+
+    def trapped(code: int = 0) -> None:  # noqa: ANN001 - os._exit's signature
+        if os.getpid() != owner:  # a process the user code forked: exit as asked
+            real_exit(code)
+        raise _ExitCalled(code)
+
+    os._exit = trapped
+    try:
+        yield
+    except SystemExit as exc:
+        raise errors.IsolatedCodeError(f"{what} called sys.exit({exc.code!r}) before the job finished; no result was "
+                                       "produced, so there is no verdict") from None
+    except _ExitCalled as exc:
+        raise errors.IsolatedCodeError(f"{what} called os._exit({exc.code!r}) before the job finished (caught: it ran "
+                                       "in this process); no verdict") from None
+    finally:
+        os._exit = real_exit
+
+
 @contextlib.contextmanager
 def _main_hidden() -> Iterator[None]:
     """Start the child without re-running the caller's ``__main__`` (spawn would import it
@@ -222,12 +280,20 @@ def _main_hidden() -> Iterator[None]:
     recurse). The job is named by module path and needs nothing from ``__main__``."""
     main = sys.modules.get("__main__")
     saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    safe_path = os.environ.get("PYTHONSAFEPATH")
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
             main.__dict__["__spec__"] = None
+        # the child's interpreter must not put the working folder first on sys.path (a random.py
+        # there would replace the standard library's module before the job starts)
+        os.environ["PYTHONSAFEPATH"] = "1"
         yield
     finally:
+        if safe_path is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe_path
         if main is not None:
             main.__dict__.update(saved)
             if "__spec__" not in saved:
@@ -269,55 +335,92 @@ def run_isolated(job: str, kwargs: Optional[dict] = None, *, timeout: float, wha
     label, budget = "starting the worker process", startup_s
     unit_start = time.monotonic()
     try:
-        while True:
-            remaining = unit_start + budget - time.monotonic()
-            if remaining <= 0:
-                _stop(proc)
-                which = "the timeout" if budget == timeout else "the worker's start-up allowance"
-                raise errors.IsolatedCodeError(
-                    f"{what}: unit '{label}' ran longer than {which} ({budget:g} s; --timeout sets the timeout) "
-                    "and was stopped; no verdict")
-            if not parent_conn.poll(min(remaining, _POLL_S)):
-                if not proc.is_alive() and not parent_conn.poll(0):
-                    break
-                continue
-            try:
-                message = _recv(parent_conn)
-                if not isinstance(message, dict):
-                    raise TypeError(f"a {type(message).__name__}, not a message")
-            except (EOFError, OSError):
-                break
-            except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                _stop(proc)
-                raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
-            kind = message.get("kind")
-            if kind == "started":
-                label, budget, unit_start = "loading", timeout, time.monotonic()
-            elif kind == "beat":
-                label, budget, unit_start = str(message.get("label", "?")), timeout, time.monotonic()
-                if on_beat is not None:
-                    on_beat(label)
-            elif kind == "value" and on_value is not None:
-                value = message.get("value")
-                if not isinstance(value, dict):
-                    _stop(proc)
-                    raise errors.IsolatedCodeError(f"{what}: the worker emitted {type(value).__name__}, not a value")
-                on_value(value)
-            elif kind == "result":
-                proc.join(5.0)
-                _stop(proc)
-                value = message.get("value")
-                if not isinstance(value, dict):
-                    raise errors.IsolatedCodeError(f"{what}: the worker returned {type(value).__name__}, not a result")
-                return value
-            else:
-                proc.join(5.0)
-                _stop(proc)
-                _raise_from_message(message, what)
-        proc.join(5.0)
-        exitcode = proc.exitcode
-        _stop(proc)
-        raise errors.IsolatedCodeError(_death_message(exitcode, what))
+        with _group_ended_on_sigterm(proc):
+            return _wait(proc, parent_conn, what=what, timeout=timeout, label=label, budget=budget,
+                         unit_start=unit_start, on_beat=on_beat, on_value=on_value)
     finally:
         _stop(proc)
         parent_conn.close()
+
+
+@contextlib.contextmanager
+def _group_ended_on_sigterm(proc: Any) -> Iterator[None]:
+    """While waiting, a SIGTERM to this process (a CI job cancelled, ``kill``) first ends the
+    child's process group, then takes its usual course: the child's session would otherwise
+    outlive this process. Only from the main thread (where handlers can be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        with contextlib.suppress(Exception):
+            proc.kill()
+        _end_group(proc.pid)
+        signal.signal(signal.SIGTERM, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            os.kill(os.getpid(), signal.SIGTERM)  # the default action, now restored
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait(proc: Any, parent_conn: Any, *, what: str, timeout: float, label: str, budget: float, unit_start: float,
+          on_beat: Optional[Callable[[str], None]], on_value: Optional[Callable[[dict], None]]) -> dict:
+    """The parent's side of :func:`run_isolated`: messages until the result, an error or the child's end."""
+    while True:
+        remaining = unit_start + budget - time.monotonic()
+        if remaining <= 0:
+            _stop(proc)
+            which = "the timeout" if budget == timeout else "the worker's start-up allowance"
+            raise errors.IsolatedCodeError(
+                f"{what}: unit '{label}' ran longer than {which} ({budget:g} s; --timeout sets the timeout) "
+                "and was stopped; no verdict")
+        if not parent_conn.poll(min(remaining, _POLL_S)):
+            if not proc.is_alive() and not parent_conn.poll(0):
+                break
+            continue
+        try:
+            message = _recv(parent_conn)
+            if not isinstance(message, dict):
+                raise TypeError(f"a {type(message).__name__}, not a message")
+        except (EOFError, OSError):
+            break
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            _stop(proc)
+            raise errors.IsolatedCodeError(f"{what}: the worker sent an unreadable message ({exc})") from None
+        kind = message.get("kind")
+        if kind == "started":
+            label, budget, unit_start = "loading", timeout, time.monotonic()
+        elif kind == "beat":
+            label, budget, unit_start = str(message.get("label", "?")), timeout, time.monotonic()
+            if on_beat is not None:
+                on_beat(label)
+        elif kind == "value" and on_value is not None:
+            value = message.get("value")
+            if not isinstance(value, dict):
+                _stop(proc)
+                raise errors.IsolatedCodeError(f"{what}: the worker emitted {type(value).__name__}, not a value")
+            on_value(value)
+        elif kind == "result":
+            proc.join(5.0)
+            _stop(proc)
+            value = message.get("value")
+            if not isinstance(value, dict):
+                raise errors.IsolatedCodeError(f"{what}: the worker returned {type(value).__name__}, not a result")
+            return value
+        else:
+            proc.join(5.0)
+            _stop(proc)
+            _raise_from_message(message, what)
+    proc.join(5.0)
+    exitcode = proc.exitcode
+    _stop(proc)
+    raise errors.IsolatedCodeError(_death_message(exitcode, what))

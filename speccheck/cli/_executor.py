@@ -73,9 +73,11 @@ def check_store(path: Optional[str], option: str = "--store") -> Optional[str]:
     return path
 
 
-def check_distinct_outputs(paths: dict[str, Optional[str]]) -> None:
-    """Two options naming the same file (after resolving links and ``..``) would overwrite each
-    other, e.g. ``--json`` replacing the ``--store`` database: InputError naming both."""
+def check_distinct_outputs(paths: dict[str, Optional[str]], inputs: Optional[dict[str, list[str]]] = None) -> None:
+    """Two options naming the same file (after resolving links and ``..``; hard links too) would
+    overwrite each other, e.g. ``--json`` replacing the ``--store`` database, and an output naming
+    a file the job reads (``inputs``: option -> its files, e.g. ``--suite``, the verifier's
+    source) would destroy it: InputError naming both options, before any work."""
     seen: dict[str, str] = {}
     for option, path in paths.items():
         if not isinstance(path, str) or not path:
@@ -85,6 +87,37 @@ def check_distinct_outputs(paths: dict[str, Optional[str]]) -> None:
             raise InputError(f"{seen[resolved]} and {option} name the same file {path!r}; the second would overwrite "
                              "the first: give them different paths")
         seen[resolved] = option
+        for source, files in (inputs or {}).items():
+            if any(_same_file(resolved, f) for f in files):
+                raise InputError(f"{option} {path!r} names the file that {source} reads; writing {option} would "
+                                 f"overwrite it: give {option} another path")
+
+
+def _same_file(resolved: str, other: str) -> bool:
+    """``resolved`` (a realpath) and ``other`` are one file: the same real path, or the same inode."""
+    if os.path.realpath(other) == resolved:
+        return True
+    try:
+        return os.path.samefile(resolved, other)
+    except OSError:
+        return False
+
+
+def input_files(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The files a command reads that an output option must never overwrite: ``--suite`` /
+    ``--battery-suite`` files, a ``--sweep`` store and the verifiers' source files."""
+    from speccheck.scale.deps import verifier_source_files
+
+    found: dict[str, list[str]] = {}
+    for dest, option in (("suite", "--suite"), ("battery_suite", "--battery-suite"), ("sweep", "--sweep")):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value and os.path.isfile(value):
+            found[option] = [value]
+    verifiers = getattr(args, "verifier", None)
+    for spec in [verifiers] if isinstance(verifiers, str) else (verifiers or []):
+        if isinstance(spec, str):
+            found.setdefault("--verifier", []).extend(verifier_source_files(spec))
+    return found
 
 
 def check_name(name: str, option: str = "--name") -> str:

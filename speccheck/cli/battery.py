@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from speccheck import errors
 from speccheck.cli._executor import add_executor_args, battery_progress, wants_dask
@@ -101,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
 
         return mutants.run(args, extra)
     from speccheck.api import battery
+    from speccheck.validation.suites import check_cost, load_suite
+
+    cost = check_cost(load_suite(args.suite), extra.get("scale", 1.0))  # refused up front beyond the bounds
+    if not args.quiet:
+        print(f"suite {args.suite}: {cost.describe()}", file=sys.stderr, flush=True)
     dask = wants_dask(args)
     scheduler = args.scheduler or (os.environ.get("DASK_SCHEDULER_ADDRESS") if dask and args.workers is None else None)
     outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=battery_progress(args),

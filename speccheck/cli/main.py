@@ -50,14 +50,15 @@ def _check_parsed(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Before any work: ``--store`` is a file that persists (not '' or ':memory:'), and no two
-    output options name the same file (``--json`` would replace the ``--store`` database)."""
-    from speccheck.cli._executor import check_distinct_outputs, check_store
+    """Before any work: ``--store`` is a file that persists (not '' or ':memory:'), no two
+    output options name the same file (``--json`` would replace the ``--store`` database) and no
+    output names a file the command reads (the ``--suite``, the verifier's source)."""
+    from speccheck.cli._executor import check_distinct_outputs, check_store, input_files
 
     if isinstance(getattr(args, "store", None), str):
         check_store(args.store)
     check_distinct_outputs({option: getattr(args, dest) for dest, option in OUTPUT_OPTIONS.items()
-                            if isinstance(getattr(args, dest, None), str)})
+                            if isinstance(getattr(args, dest, None), str)}, input_files(args))
 
 
 def _error(command: str, message: str) -> None:
@@ -108,8 +109,55 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str
     return EXIT_CANNOT_RUN
 
 
+#: standard-library names that are no module anyone imports (a test/ folder is common)
+_NOT_SHADOWING = frozenset({"test", "this", "antigravity", "idlelib", "turtledemo", "__future__", "__main__"})
+
+
+def shadowing_files() -> list[tuple[str, str]]:
+    """(module, file) for each file or package in a sys.path folder searched BEFORE the standard
+    library that bears the name of a standard module not already loaded from the standard
+    library: Python would import it in that module's place (``python -m`` puts the working
+    folder first, so a ``random.py`` there replaces ``random``)."""
+    import sysconfig
+
+    names = set(getattr(sys, "stdlib_module_names", ())) - _NOT_SHADOWING
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    found = []
+    for entry in sys.path:
+        folder = os.path.realpath(entry or os.getcwd())
+        if folder == stdlib or folder.startswith(stdlib + os.sep) or folder.endswith(".zip"):
+            break  # the standard library itself: nothing after it shadows it
+        try:
+            listing = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for item in listing:
+            path = os.path.join(folder, item)
+            name = item[:-3] if item.endswith(".py") else item if os.path.isfile(os.path.join(path, "__init__.py")) \
+                else None
+            loaded = getattr(sys.modules.get(name or ""), "__file__", None) or ""
+            if name in names and not os.path.realpath(loaded).startswith(stdlib + os.sep):
+                found.append((name, path))
+    return found
+
+
+def _check_shadowing() -> None:
+    found = shadowing_files()
+    if found:
+        name, path = found[0]
+        raise UsageError(f"{path} has the name of the standard library's module {name!r} and comes first on "
+                         f"sys.path (the working folder, with `python -m`): Python would import it in place of "
+                         f"{name!r}. Rename it, or run speccheck from another folder (or as the `speccheck` "
+                         "command)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (0, 1 or 2; see :mod:`speccheck.cli`)."""
+    try:
+        _check_shadowing()
+    except UsageError as exc:
+        _error("?", str(exc))
+        return EXIT_CANNOT_RUN
     parsed = _parse(argv)
     if isinstance(parsed, int):
         return parsed

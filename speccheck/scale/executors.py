@@ -54,7 +54,10 @@ _MALLOC = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str
 _WORKER_MALLOC = {f"distributed.nanny.pre-spawn-environ.{name}": int(value) for name, value in _MALLOC.items()}
 # The template's environment (glibc reads the malloc variables when a process starts; forked
 # workers inherit the template's allocator and thread settings).
-_TEMPLATE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **_MALLOC}
+# PYTHONSAFEPATH: the template's interpreter does not put the working folder first on sys.path, so
+# a random.py or numbers.py there never replaces the standard library's module in the workers
+_TEMPLATE_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONSAFEPATH": "1",
+                 **_MALLOC}
 # What local workers import before their first unit: every unit kind's modules (the sampler and
 # the theory for sweeps, the battery for calibrations, mutants and battery cells).
 SWEEP_MODULES = ("speccheck.scale.units", "speccheck.sampler.experiments", "speccheck.theory")
@@ -168,6 +171,7 @@ class InProcessExecutor:
         return self
 
     def run(self, units: Sequence[Unit], on_result: OnResult) -> None:
+        from speccheck.isolation import exits_guarded
         from speccheck.scale.units import heartbeat_to, run_unit
 
         bar = Progress(len(units), self.name, self.progress)
@@ -176,7 +180,8 @@ class InProcessExecutor:
                 self.on_start(unit)
             if self.heartbeat is not None:
                 self.heartbeat(f"{unit.kind} {unit.key}")
-            with heartbeat_to(self.heartbeat):
+            # the unit's code runs in this process: its os._exit must not end it (sys.exit is run_unit's)
+            with heartbeat_to(self.heartbeat), exits_guarded(f"unit {unit.kind} {unit.key}"):
                 outcome = run_unit(unit)
             on_result(unit, outcome)
             bar.step()
@@ -221,6 +226,7 @@ class IsolatedExecutor:
             wall = outcome.get("wall_s")
             on_result(unit, {"result": outcome["result"], "worker": str(outcome.get("worker", "?")),
                              "code": str(outcome.get("code", "?")),
+                             "deps": outcome["deps"] if isinstance(outcome.get("deps"), dict) else None,
                              "wall_s": float(wall) if isinstance(wall, (int, float)) and math.isfinite(wall) else 0.0})
             bar.step()
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union
 
 from speccheck.errors import FileFormatError, InputError
+from speccheck.scale.deps import rule_digest
 from speccheck.scale.executors import Executor, InProcessExecutor
 from speccheck.scale.store import ResultsStore
 from speccheck.scale.tables import SUMMARY_FIELDS, TRAJECTORY_FIELDS, summary_row
 from speccheck.scale.units import Unit, plain, suite_digest
-from speccheck.verifiers.registry import source_digest
 
 if TYPE_CHECKING:
     from speccheck.sampler.experiments import Protocol
@@ -69,13 +69,13 @@ def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: 
         return results
     try:
         digest = opened.open_job(job, kind, spec)
-        done = opened.stored_keys(job)
+        done = reusable(opened, job, keys)
         todo = [u for u in units if u.key not in done]
 
         def store_one(unit: Unit, outcome: dict) -> None:
             opened.put(job, unit.key, identity=unit.identity, seed=unit.seed, spec_hash=digest,
                        wall_s=outcome["wall_s"], worker=outcome["worker"], result=outcome["result"],
-                       code=outcome.get("code"))
+                       code=outcome.get("code"), deps=outcome.get("deps"))
             if on_outcome:
                 on_outcome(unit, outcome)
             if on_new:
@@ -90,6 +90,55 @@ def run_units(units: Sequence[Unit], *, job: str, kind: str, spec: dict, store: 
     if missing:  # cannot happen unless the store was altered under us; never a silent partial result
         raise FileFormatError(f"results store {opened.path}: job {job!r} lacks units {missing[:5]} after the run")
     return stored
+
+
+def reusable(store: ResultsStore, job: str, keys: Sequence[str], log: Optional[Log] = None) -> set[str]:
+    """The units of ``job`` among ``keys`` that ``store`` holds and may be reused: a unit whose
+    recorded dependencies changed (:func:`speccheck.scale.deps.stale`: its rule's or a helper
+    module's file, a data file in their package, a dependency's version, a declared environment
+    variable, speccheck's source) is discarded, to run again. Every reuse and every discard is
+    said on stderr (``log``), naming the job, the store, when the units were stored and their code:
+    a stored verdict never passes silently."""
+    import sys
+    import time
+
+    from speccheck.scale.deps import stale, unseen
+
+    log = log or (lambda line: print(f"speccheck: {line}", file=sys.stderr, flush=True))
+    wanted = set(keys)
+    done = store.stored_keys(job) & wanted
+    if not done:
+        return set()
+    manifests = store.manifests(job)
+    verdicts: dict[str, list[str]] = {}  # manifest text -> what changed (one check per distinct manifest)
+    old: dict[str, list[str]] = {}
+    unrecorded, hidden = [], set()
+    for key in sorted(done):
+        if key not in manifests:
+            unrecorded.append(key)
+            continue
+        text = json.dumps(manifests[key], sort_keys=True)
+        if text not in verdicts:
+            verdicts[text] = stale(manifests[key])
+            hidden.update(unseen(manifests[key]))
+        if verdicts[text]:
+            old[key] = verdicts[text]
+    if old:
+        changed = sorted({c for cs in old.values() for c in cs})
+        store.discard(job, old)
+        log(f"job {job!r} in {store.path}: {len(old)} stored unit(s) not reused, what they depended on changed "
+            f"({'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}); running them again")
+    kept = done - set(old)
+    if kept:
+        rows = store.units(job, kept)
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(min(r.stored_at for r in rows)))
+        codes = sorted({r.code_version for r in rows})
+        log(f"reusing {len(kept)} stored unit(s) of job {job!r} from {store.path} (stored since {when}, code "
+            f"{', '.join(codes[:2])}; " + (f"{len(unrecorded)} with no recorded dependencies, stored by an older "
+                                           "speccheck" if unrecorded else "their dependencies unchanged")
+            + (f"; {len(hidden)} recorded file(s) not visible on this machine, not compared (units run on other "
+               f"hosts), e.g. {sorted(hidden)[0]}" if hidden else "") + ")")
+    return kept
 
 
 class _Judged:
@@ -557,16 +606,21 @@ def _calibrate_in_cells(units: Sequence[Unit], suite: str, spec: dict, *, job: s
         done: set = set()
         if opened is not None:
             digest = opened.open_job(job, "calibration", spec)
-            done = opened.stored_keys(job)
+            done = reusable(opened, job, [u.key for u in units])
         todo = [u for u in units if u.key not in done]
         runs = [(str(u.identity[0]), int(u.identity[1])) for u in todo]
         reports = battery_cell_runs(runs, suite, {**spec, "family_alpha": float(family_alpha)}, job=f"{job}.cells",
                                     device=device, store=opened, executor=executor) if runs else {}
         records = {u.key: calibration_record(run[0], run[1], reports[run]) for u, run in zip(todo, runs)}
         if opened is not None:
-            for unit in todo:
+            from speccheck.scale.deps import merged
+
+            cell_deps = opened.manifests(f"{job}.cells")
+            for unit in todo:  # a run's record depends on what its cells depended on
+                prefix = f"{unit.identity[0]}/{int(unit.identity[1])}/"
                 opened.put(job, unit.key, identity=unit.identity, seed=unit.seed, spec_hash=digest, wall_s=0.0,
-                           worker="merged-cells", result=plain(records[unit.key]))
+                           worker="merged-cells", result=plain(records[unit.key]),
+                           deps=merged(m for k, m in cell_deps.items() if k.startswith(prefix)))
             records = {row.unit_key: row.result for row in opened.units(job, [u.key for u in units])}
     finally:
         if opened is not store and opened is not None:
@@ -716,7 +770,7 @@ def battery_runs(verifiers: Sequence[str], suite: str, *, device: str = "cpu", s
                  executor: Optional[Executor] = None, store: StoreArg = None) -> dict[str, dict]:
     """The suite on each verifier, one unit per verifier: ``{verifier: report dict}``."""
     spec = _battery_spec(suite, device, seed)
-    spec["verifier_sha"] = {str(v): source_digest(str(v)) for v in verifiers}
+    spec["verifier_sha"] = {str(v): rule_digest(str(v)) for v in verifiers}
     units = [Unit("battery", spec, (str(v),), device=device, fixed_seed=spec["seed"]) for v in verifiers]
     job = f"battery-{Path(suite).stem}" + ("" if seed is None else f"-seed{seed}")
     results = run_units(units, job=job, kind="battery", spec=spec, store=store, executor=executor)
@@ -751,13 +805,14 @@ def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, 
 
     from speccheck.validation import battery
     from speccheck.validation.results import Localisation, TestResult
-    from speccheck.validation.suites import load_suite
+    from speccheck.validation.suites import check_cost, load_suite
 
     st = load_suite(suite)
     opts = spec.get("options", {})
     layers = battery.resolve_layers(opts.get("layers"))  # options checked here, before any unit runs
     Ks = battery._check_Ks(opts.get("Ks"))
     scale = battery._check_scale(opts.get("scale", 1.0))
+    check_cost(st, scale)  # a suite beyond the bounds is refused before any unit runs
     alpha = float(spec["family_alpha"])
 
     def cell_unit(run: Run, cell: tuple, extra: Optional[dict] = None) -> Unit:
@@ -835,7 +890,7 @@ def battery_job(verifier: str, suite: str, *, device: str = "cpu", seed: Optiona
     start = time.perf_counter()
     spec = _battery_spec(suite, device, seed, options)
     spec.update(verifier=str(verifier), family_alpha=float(load_suite(suite).family_alpha),
-                verifier_sha=source_digest(str(verifier)))
+                verifier_sha=rule_digest(str(verifier)))
     job = name or (f"battery-{Path(suite).stem}-{_job_token(verifier)}-seed{spec['seed']}{_options_tag(spec)}"
                    f"-v{spec['verifier_sha'][:8]}")  # a changed verifier is another job: nothing stale reused
     unit_time = [0.0]

@@ -7,7 +7,10 @@ Layout (``SCHEMA_VERSION`` 1):
   spec (a sweep's protocol, a calibration's suite); reopening a job with another spec is refused;
 - ``units(job, unit_key, identity, seed, spec_hash, code_version, wall_s, worker, stored_at,
   result)``: primary key (job, unit_key); each row is written once, in one transaction, with
-  ``INSERT OR IGNORE``, so a unit that ran twice (a retried worker, two clients) is stored once.
+  ``INSERT OR IGNORE``, so a unit that ran twice (a retried worker, two clients) is stored once;
+- ``unit_deps(job, unit_key, manifest)``: what the unit's run depended on
+  (:func:`speccheck.scale.deps.manifest`), written with its row; a store without it (older) has
+  none recorded, and the table is added on the next write.
 
 Durability: SQLite commits are atomic, so a client killed at any point leaves either the whole
 row or nothing; a rerun skips the stored units. A file that is not SQLite, is truncated or fails
@@ -42,6 +45,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS units (job TEXT NOT NULL REFERENCES jobs(name), unit_key TEXT NOT NULL, "
     "identity TEXT NOT NULL, seed INTEGER NOT NULL, spec_hash TEXT NOT NULL, code_version TEXT NOT NULL, "
     "wall_s REAL NOT NULL, worker TEXT NOT NULL, stored_at REAL NOT NULL, result TEXT NOT NULL, "
+    "PRIMARY KEY (job, unit_key))",
+    "CREATE TABLE IF NOT EXISTS unit_deps (job TEXT NOT NULL, unit_key TEXT NOT NULL, manifest TEXT NOT NULL, "
     "PRIMARY KEY (job, unit_key))",
 )
 
@@ -107,12 +112,19 @@ class ResultsStore:
                              "give a file such as results/speccheck.sqlite")
         if os.path.isdir(self.path):
             raise InputError(f"--store {self.path} is a folder; give a file path such as {self.path}/results.sqlite")
+        if os.path.exists(self.path) and not os.path.isfile(self.path):
+            raise InputError(f"--store {self.path} is not a regular file (a FIFO, device or socket); give a file path")
         exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
         if not exists and (readonly or not create):
+            if os.path.exists(self.path):
+                raise FileFormatError(f"results store {self.path} is empty (0 bytes): it holds no results (run the "
+                                      "job first, or check --store)")
             raise FileFormatError(f"results store {self.path} does not exist (run the job first, or check --store)")
         if exists:
             self._check_header()
-        else:
+            if not readonly:
+                self._check_writable()
+        else:  # missing or 0 bytes: a new, empty store
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         try:
             if readonly:
@@ -127,8 +139,25 @@ class ResultsStore:
                 self._check_schema()
             else:
                 self._init_schema()
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise self._read_only(str(exc)) from None
+            raise _refuse(self.path, f"cannot be read as SQLite ({exc})") from None
         except sqlite3.DatabaseError as exc:
             raise _refuse(self.path, f"cannot be read as SQLite ({exc})") from None
+
+    def _read_only(self, detail: str) -> InputError:
+        return InputError(f"results store {self.path} cannot be written ({detail}): the file or its folder is "
+                          "read-only or immutable. `speccheck results list|show|export` can read it; to run a job, "
+                          "give a writable --store (or copy this one)")
+
+    def _check_writable(self) -> None:
+        """A store a job will write: the file and its folder (SQLite's journal files) writable."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.access(self.path, os.W_OK):
+            raise self._read_only("no write permission on the file, or it is immutable")
+        if not os.access(folder, os.W_OK):
+            raise self._read_only(f"no write permission on its folder {folder}, or it is immutable")
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """Open for reading only (``mode=ro``): a store in a read-only file or folder can be listed,
@@ -277,8 +306,9 @@ class ResultsStore:
         return {r[0] for r in self._db.execute("SELECT unit_key FROM units WHERE job=?", (job,))}
 
     def put(self, job: str, unit_key: str, *, identity: Iterable, seed: int, spec_hash: str, wall_s: float,
-            worker: str, result: dict, code: Optional[str] = None) -> bool:
-        """Store one unit in one transaction; False if it was already stored (the first copy is kept)."""
+            worker: str, result: dict, code: Optional[str] = None, deps: Optional[dict] = None) -> bool:
+        """Store one unit in one transaction (with ``deps``, the manifest of what its run depended
+        on); False if it was already stored (the first copy is kept)."""
         if not math.isfinite(wall_s):
             raise InputError(f"wall_s must be finite, got {wall_s}")
         with self._transaction() as db:
@@ -286,7 +316,33 @@ class ResultsStore:
                 "INSERT OR IGNORE INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job, unit_key, canonical_json(list(identity)), int(seed), spec_hash, code or code_version(),
                  float(wall_s), worker, time.time(), canonical_json(result)))
+            if cursor.rowcount == 1 and deps is not None:
+                db.execute("INSERT OR REPLACE INTO unit_deps VALUES (?, ?, ?)", (job, unit_key, canonical_json(deps)))
             return cursor.rowcount == 1
+
+    def manifests(self, job: str) -> dict[str, dict]:
+        """``{unit key: manifest}`` of the units of ``job`` stored with one."""
+        try:
+            rows = self._db.execute("SELECT unit_key, manifest FROM unit_deps WHERE job=?", (job,)).fetchall()
+        except sqlite3.OperationalError:  # a store written before manifests (read-only: table not added)
+            return {}
+        out = {}
+        for key, text in rows:
+            try:
+                out[key] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _refuse(self.path, f"the manifest of unit {key!r} of job {job!r} is unreadable ({exc})") from None
+        return out
+
+    def discard(self, job: str, keys: Iterable[str]) -> int:
+        """Remove units of ``job`` (stale: what they depended on changed) so they run again; how many."""
+        keys = list(keys)
+        with self._transaction() as db:
+            n = 0
+            for key in keys:
+                n += db.execute("DELETE FROM units WHERE job=? AND unit_key=?", (job, key)).rowcount
+                db.execute("DELETE FROM unit_deps WHERE job=? AND unit_key=?", (job, key))
+        return n
 
     def units(self, job: str, keys: Optional[Iterable[str]] = None) -> list[StoredUnit]:
         """Stored units of ``job`` (all, or those in ``keys``), ordered by unit key."""

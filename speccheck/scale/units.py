@@ -304,7 +304,8 @@ UNIT_KINDS: dict[str, Callable[[Unit], dict]] = {
 
 
 def run_unit(unit: Unit) -> dict:
-    """Run ``unit`` here; ``{"result": record, "wall_s": seconds, "worker": host:pid}``."""
+    """Run ``unit`` here; ``{"result": record, "wall_s": seconds, "worker": host:pid, "code", "deps"}``
+    (``deps``: :func:`speccheck.scale.deps.manifest` after the run, what the result depended on)."""
     if unit.kind not in UNIT_KINDS:
         raise InputError(f"unknown unit kind {unit.kind!r}; known: {sorted(UNIT_KINDS)}")
     start = time.perf_counter()
@@ -315,7 +316,8 @@ def run_unit(unit: Unit) -> dict:
         raise IsolatedCodeError(f"unit {unit.kind} {unit.key}: the code under test called sys.exit({exc.code!r}) "
                                 "before a result; no verdict") from None
     wall = time.perf_counter() - start
+    from speccheck.scale.deps import manifest
     from speccheck.scale.store import code_version
 
     return {"result": result, "wall_s": wall if math.isfinite(wall) else 0.0,
-            "worker": f"{socket.gethostname()}:{os.getpid()}", "code": code_version()}
+            "worker": f"{socket.gethostname()}:{os.getpid()}", "code": code_version(), "deps": manifest()}

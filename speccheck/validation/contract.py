@@ -31,24 +31,47 @@ def contract_result(cell: str, test: str, bad: int, n: int, note: str = "", laye
                       passed=bad == 0, note=note, layer=layer)
 
 
+#: how torch and the host say they ran out of memory (CUDA, and the CPU allocator's RuntimeError)
+OOM_MARKS = ("out of memory", "not enough memory", "DefaultCPUAllocator", "can't allocate memory",
+             "Cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Host ``MemoryError``, CUDA's OutOfMemoryError, or torch's CPU allocator failing (a
+    ``RuntimeError`` saying "not enough memory"): a resource, never a verdict on the rule."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in OOM_MARKS)
+
+
 def is_device_failure(exc: BaseException) -> bool:
     """Out of memory or an unusable device: the run cannot go on (not a defect of the rule)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or isinstance(exc, MemoryError):
+    if is_out_of_memory(exc):
         return True
     text = str(exc)
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "invalid device ordinal" in text
-                                              or "CUDA error: no kernel image" in text)
+    return isinstance(exc, RuntimeError) and ("invalid device ordinal" in text or "CUDA error: no kernel image" in text)
 
 
 def call_verify(verifier: Any, delta: torch.Tensor, s: torch.Tensor, generator: torch.Generator | None) -> Any:
-    """``verifier.verify`` with device failures turned into :class:`DeviceError`."""
+    """``verifier.verify`` with device failures turned into :class:`DeviceError` (its message
+    says "out of memory" when it was memory)."""
     try:
         return verifier.verify(delta, s, generator)
     except Exception as exc:
         if is_device_failure(exc):
-            raise DeviceError(f"device {s.device} failed while verifying ({type(exc).__name__}: {exc}); "
+            what = "ran out of memory" if is_out_of_memory(exc) else "failed"
+            raise DeviceError(f"device {s.device} {what} while verifying ({type(exc).__name__}: {exc}); no verdict: "
                               "use a smaller --scale or another --device") from exc
         raise
+
+
+def lazy_output_problem(out: Any) -> str:
+    """A problem when ``verify`` returned a lazy iterator (a generator function's result) instead
+    of its outputs; '' otherwise. Never iterates it (that would run the verifier's code again)."""
+    if isinstance(out, (tuple, list)) or not hasattr(out, "__next__"):
+        return ""
+    return (f"verify returned a lazy {type(out).__name__} (is verify a generator function?), not the tuple "
+            "(s_out, accepted, index)")
 
 
 def check_batch(cell: str, delta: torch.Tensor, s: torch.Tensor, out: Any,
@@ -56,6 +79,9 @@ def check_batch(cell: str, delta: torch.Tensor, s: torch.Tensor, out: Any,
     """Contract checks of one ``verify(delta, s)`` output; returns (results, normalised output
     or None when its structure is unusable). Non-finite s_out is a defect of the verifier."""
     B, K = s.shape
+    lazy = lazy_output_problem(out)
+    if lazy:
+        return [contract_result(cell, "contract:shape", 1, B, lazy, layer)], None
     problems = output_problems(out, B, K, s.dtype, s.device)
     structural = [p for p in problems if "dtype" not in p]
     if structural:
@@ -105,6 +131,19 @@ def _cell_checks(verifier: Any, delta_value: float, K: int, n: int, device: torc
                                "verify modified its inputs (delta or s) in place" if mutated else ""))
     if parsed is None:
         return res
+    try:
+        return res + _repeat_checks(verifier, cell, delta, s, out, parsed, delta_value, K, n, device, seed)
+    except DeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a later call that raises is a defect of the verifier too
+        return res + [contract_result(cell, "contract:no-exception", 1, n,
+                                      f"verify raised {type(exc).__name__} on a repeated call: {exc}")]
+
+
+def _repeat_checks(verifier: Any, cell: str, delta: torch.Tensor, s: torch.Tensor, out: Any, parsed: tuple,
+                   delta_value: float, K: int, n: int, device: torch.device, seed: int) -> list[TestResult]:
+    """The checks that call ``verify`` again on the same inputs (same seed, another seed, None)."""
+    res: list[TestResult] = []
     again = call_verify(verifier, delta.clone(), s.clone(), make_generator(seed + 1, device))
     same = _same(out, again)
     res.append(contract_result(cell, "contract:same-seed", 0 if same else 1, n,
@@ -117,7 +156,8 @@ def _cell_checks(verifier: Any, delta_value: float, K: int, n: int, device: torc
                                    "different generator seeds gave identical outputs (generator ignored?)"))
     try:
         none_out = call_verify(verifier, delta.clone(), s.clone(), None)
-        problems = output_problems(none_out, n, K, s.dtype, s.device)
+        problems = [p for p in [lazy_output_problem(none_out)] if p] or output_problems(none_out, n, K, s.dtype,
+                                                                                         s.device)
         res.append(contract_result(cell, "contract:generator-none", len(problems), n,
                                    "; ".join(f"with generator=None: {p}" for p in problems)))
     except DeviceError:

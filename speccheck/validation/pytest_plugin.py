@@ -8,7 +8,11 @@ A verifier author's CI test is one line::
 The fixture runs :func:`speccheck.api.battery`, the same call as ``speccheck battery``: the
 verifier in its own process, the same units and the same verdict rule. A defect fails the test
 with the report; no verdict (no evidence, no power, a crash, a timeout, out of memory) fails it
-with the reason. A verifier object (not a spec string) runs in the test's process.
+with the reason. A verifier object (not a spec string) runs in the test's process: its
+``sys.exit`` and ``os._exit`` are caught there (:func:`speccheck.isolation.exits_guarded`) and fail
+the test with no verdict, so the session cannot end with exit 0; an exit from native code
+(``posix._exit``, ``ctypes``), a crash or a signal cannot be caught in a process and ends the
+session; pass the spec string ``"pkg.module:Rule"`` to run such a verifier isolated.
 """
 
 from __future__ import annotations

@@ -161,6 +161,10 @@ def find_suite(name_or_path: str) -> Path:
     p = Path(name_or_path).expanduser()
     if p.is_file():
         return p
+    if p.exists():  # never opened: a FIFO would block, /dev/zero never ends
+        kind = "a folder" if p.is_dir() else "a FIFO" if p.is_fifo() else "a character device" if p.is_char_device() \
+            else "a block device" if p.is_block_device() else "a socket" if p.is_socket() else "not a regular file"
+        raise LoadError(f"suite file {str(p)!r} is {kind}, not a regular file; give a .toml file")
     if p.suffix == ".toml" or len(p.parts) > 1:
         raise LoadError(f"suite file {str(p)!r} does not exist")
     for d in suite_dirs():
@@ -218,11 +222,12 @@ def _pos_int(tab: dict, key: str, where: str, default=None) -> int:
 
 def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
     """Validate a suite's TOML table (LoadError, a ValueError, naming the bad key): only known keys,
-    values inside the verifier contract's domain."""
+    values inside the verifier contract's domain and the suite bounds (:data:`BOUNDS`)."""
     _check_keys(data, "")
     for section in ("scalar", "contract", "wrapper", "trajectory", "continuous", "sequence"):
         if section in data:
             _check_keys(data[section], section)
+    check_types(data)
     for c in data.get("scalar", {}).get("extra", []):
         _check_keys(c, "scalar.extra")
     alpha = float(data.get("family_alpha", 1e-3))
@@ -274,8 +279,14 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
     contract_n = _pos_int(data.get("contract", {}), "n", "contract", 256)
     continuous = _parse_continuous(data["continuous"]) if "continuous" in data else None
     sequence = _parse_sequence(data["sequence"]) if "sequence" in data else None
-    return Suite(str(data.get("name", name)), seed, alpha, power, scalar, contract_n, wrapper, traj,
-                 str(data.get("description", "")), path, continuous, sequence)
+    suite = Suite(str(data.get("name", name)), seed, alpha, power, scalar, contract_n, wrapper, traj,
+                  str(data.get("description", "")), path, continuous, sequence)
+    check_bounds(data)
+    try:
+        check_cost(suite)
+    except ValueError as exc:
+        raise LoadError(str(exc)) from None
+    return suite
 
 
 def _parse_sequence(t: dict) -> SequenceSpec:
@@ -349,3 +360,204 @@ def _parsed(raw: bytes, stem: str, path: str) -> Suite:
         return parse_suite(data, stem, path)
     except LoadError as exc:
         raise LoadError(f"suite file {path}: {exc}") from None
+
+
+# ----------------------------------------------------------------------------- types, bounds and cost
+#: the type each suite field must have: "int", "float" (an int is accepted), "bool", "str",
+#: "ints" / "floats" (a list of them); fields not listed are checked where they are parsed
+_TYPES = {
+    "": {"name": "str", "description": "str", "seed": "int", "family_alpha": "float", "power": "float"},
+    "scalar": {"deltas": "floats", "K": "ints", "n": "int", "chunk": "int", "tail_q": "float"},
+    "scalar.extra": {"delta": "float", "K": "int", "n": "int"},
+    "contract": {"n": "int"},
+    "wrapper": {"dims": "ints", "n": "int", "K": "int", "deltas": "floats", "chunk": "int"},
+    "trajectory": {"enabled": "bool", "n_traj": "int", "K": "int", "L": "int", "d": "int"},
+    "continuous": {"K": "ints", "edges": "floats", "n": "int", "zero_atom": "bool", "declared_deltas": "int",
+                   "declared_rows": "int", "chunk": "int", "refine": "int", "confirm_n": "int"},
+    "sequence": {"K": "ints", "calls": "int", "max_batch": "int", "k1_share": "float", "anchors": "floats",
+                 "delta_lo": "float", "delta_hi": "float", "small_delta": "float", "replay": "int",
+                 "small_calls": "int", "small_anchors": "floats"},
+}
+
+#: the bounds of a suite (docs/exit-codes.md quotes them): (section, field) -> (low, high) for a
+#: number, or the largest length of a list. The shipped ``full`` suite sits well inside them
+#: (2^24 rows per scalar cell, 72 cells).
+BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
+    ("scalar", "n"): (1, 2**27), ("scalar", "chunk"): (1, 2**22), ("scalar.extra", "n"): (1, 2**27),
+    ("contract", "n"): (1, 2**20),
+    ("wrapper", "n"): (1, 2**24), ("wrapper", "dims"): (1, 2**16), ("wrapper", "chunk"): (1, 2**20),
+    ("wrapper", "K"): (1, 128),
+    ("trajectory", "n_traj"): (20, 10**6), ("trajectory", "K"): (1, 128), ("trajectory", "L"): (1, 16),
+    ("trajectory", "d"): (1, 4096),
+    ("continuous", "n"): (1, 2**24), ("continuous", "chunk"): (1, 2**22), ("continuous", "refine"): (1, 1024),
+    ("continuous", "confirm_n"): (1, 2**24), ("continuous", "declared_deltas"): (1, 1024),
+    ("continuous", "declared_rows"): (1, 2**20),
+    ("sequence", "calls"): (1, 10**6), ("sequence", "max_batch"): (1, 2**16), ("sequence", "small_calls"): (0, 10**6),
+    ("sequence", "replay"): (0, 10**6),
+}
+#: the longest list a field may hold (a grid of 100 000 deltas would run for hours)
+MAX_LIST = {"deltas": 256, "K": 128, "dims": 64, "edges": 257, "anchors": 1024, "small_anchors": 1024, "extra": 256}
+#: a whole run: at most this many rows (verifier outputs) and this estimated peak memory
+MAX_ROWS = 2**33
+MAX_MEMORY_BYTES = 16 * 2**30
+#: a --scale factor beyond this is refused whatever the suite (the counts above bound it first)
+MAX_SCALE = 1e6
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float))
+
+
+def _kind_ok(value: object, kind: str) -> bool:
+    """The structure a field needs before its own check can judge it (a list of numbers, a number,
+    a string); finer checks (an integer >= 1, a K in range) give their own messages."""
+    if kind in ("ints", "floats"):
+        return isinstance(value, list) and all(_number(x) for x in value)
+    if kind == "str":
+        return isinstance(value, str)
+    return _number(value)  # int, float, bool: True/False and 1.5 get the field's own message
+
+
+_KIND_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+               "ints": "a list of integers", "floats": "a list of numbers"}
+
+
+def _tables(data: dict) -> list[tuple[str, dict]]:
+    """(section, table) of every known section present (``scalar.extra`` once per cell)."""
+    out = [("", data)] + [(s, data[s]) for s in _TYPES if s and "." not in s and isinstance(data.get(s), dict)]
+    extra = data["scalar"].get("extra", []) if isinstance(data.get("scalar"), dict) else []
+    return out + [("scalar.extra", c) for c in extra if isinstance(c, dict)] if isinstance(extra, list) else out
+
+
+def check_types(data: dict) -> None:
+    """Every known field of a suite's TOML table has the structure its check needs
+    (``[scalar] K = 2`` is not a list): LoadError naming the section and field, never a TypeError."""
+    extra = data.get("scalar", {}).get("extra", []) if isinstance(data.get("scalar"), dict) else []
+    if not isinstance(extra, list):
+        raise LoadError(f"suite [[scalar.extra]] must be a list of tables, got {extra!r}")
+    for where, tab in _tables(data):
+        for key, value in tab.items():
+            kind = _TYPES.get(where, {}).get(key)
+            if kind is not None and not _kind_ok(value, kind):
+                label = f"[{where}] " if where else ""
+                raise LoadError(f"suite {label}{key} must be {_KIND_WORDS[kind]}, got {key} = {value!r}")
+
+
+def check_bounds(data: dict) -> None:
+    """Every bounded field within :data:`BOUNDS` and every list within :data:`MAX_LIST`: LoadError
+    naming the section and field (a suite of 10^15 draws, 100 000 deltas, ``n_traj = -1``)."""
+    for where, tab in _tables(data):
+        label = f"[{where}] " if where else ""
+        for key, value in tab.items():
+            if isinstance(value, list) and len(value) > MAX_LIST.get(key, 10**9):
+                raise LoadError(f"suite {label}{key} holds {len(value)} values; at most {MAX_LIST[key]} are allowed")
+            bound = BOUNDS.get((where, key))
+            if bound is None:
+                continue
+            for x in value if isinstance(value, list) else [value]:
+                if not (_number(x) and not isinstance(x, bool) and x == int(x) and bound[0] <= x <= bound[1]):
+                    raise LoadError(f"suite {label}{key} = {value!r} must be an integer in [{bound[0]:,}, "
+                                    f"{bound[1]:,}], the suite bounds (docs/exit-codes.md)")
+    extra = data["scalar"].get("extra", []) if isinstance(data.get("scalar"), dict) else []
+    if len(extra) > MAX_LIST["extra"]:
+        raise LoadError(f"suite [[scalar.extra]] holds {len(extra)} cells; at most {MAX_LIST['extra']} are allowed")
+
+
+@dataclass(frozen=True)
+class SuiteCost:
+    """What a run of a suite costs, estimated before it runs: ``calls`` of ``verify``, ``rows``
+    (verifier outputs), ``memory_bytes`` (the estimated peak of the largest cell: its inputs,
+    its raw outputs and the judge's copies) and per layer ``(section, rows)``."""
+
+    calls: int
+    rows: int
+    memory_bytes: int
+    layers: tuple[tuple[str, int], ...]
+
+    def describe(self) -> str:
+        per = ", ".join(f"[{name}] {rows:,} rows" for name, rows in self.layers)
+        mib = self.memory_bytes / 2**20
+        memory = f"{mib:,.1f}" if mib < 10 else f"{mib:,.0f}"
+        return (f"cost: about {self.calls:,} verify calls, {self.rows:,} rows, peak memory about {memory} MiB "
+                f"({per})")
+
+
+def _scaled(n: int, scale: float, minimum: int = 1) -> int:
+    value = n * scale
+    return max(minimum, int(round(value))) if math.isfinite(value) and value < 2**62 else 2**62
+
+
+_ROW_BYTES = 64  # a judged row: s_out, accepted, delta, their frame copies and the judge's sorted copy
+
+
+def suite_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:
+    """The cost of running ``suite`` with every draw count times ``scale`` (every layer, every K)."""
+    layers, calls, peak = [], 0, 0
+    contract = suite.contract_n * 8
+    layers.append(("contract", contract))
+    calls += 16
+    if suite.scalar is not None:
+        sc = suite.scalar
+        cells = [(K, _scaled(sc.n, scale, 16)) for K in sc.K for _ in sc.deltas]
+        cells += [(K, _scaled(n, scale, 16)) for _, K, n in sc.extra]
+        layers.append(("scalar", sum(n for _, n in cells)))
+        calls += sum(-(-n // sc.chunk) for _, n in cells)
+        peak = max([peak] + [n * _ROW_BYTES + min(n, sc.chunk) * K * 8 * 3 for K, n in cells])
+    if suite.wrapper is not None:
+        w = suite.wrapper
+        n = _scaled(w.n, scale, 16)
+        layers.append(("wrapper", n * len(w.dims) * len(w.deltas)))
+        calls += sum(-(-n // w.chunk) for _ in w.dims) * len(w.deltas)
+        peak = max([peak] + [n * _ROW_BYTES + min(n, w.chunk) * (w.K + 1) * d * 8 * 3 for d in w.dims])
+    if suite.continuous is not None:
+        c = suite.continuous
+        n = _scaled(c.n, scale, 16) * len(c.strata())
+        layers.append(("continuous", n * len(c.K)))
+        calls += sum(-(-n // c.chunk) for _ in c.K)
+        peak = max([peak] + [n * _ROW_BYTES + min(n, c.chunk) * K * 8 * 3 for K in c.K])
+    if suite.sequence is not None:
+        s = suite.sequence
+        rows = (s.calls + s.small_calls + s.replay) * s.max_batch
+        layers.append(("sequence", rows))
+        calls += s.calls + s.small_calls + s.replay
+        peak = max(peak, rows * _ROW_BYTES)
+    if suite.trajectory is not None:
+        t = suite.trajectory
+        n = _scaled(int(t.get("n_traj", 300)), scale, 20)
+        d, K, L = int(t.get("d", 6)), int(t.get("K", 2)), int(t.get("L", 3))
+        steps = 64  # the trajectory layer's default schedule, bounded
+        layers.append(("trajectory", 2 * n * steps))
+        calls += 2 * steps * L
+        peak = max(peak, 2 * n * (steps + 1) * d * 8 * 4 + n * K ** min(L, 6) * d * 8)
+    rows = sum(r for _, r in layers)
+    return SuiteCost(int(calls), int(rows), int(peak), tuple(layers))
+
+
+def check_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:
+    """:func:`suite_cost`, refused above the bounds: a scaled count beyond its :data:`BOUNDS`
+    (naming the section and field and the scale), more than :data:`MAX_ROWS` rows or an estimated
+    peak above :data:`MAX_MEMORY_BYTES`. InputError (exit 2) before anything runs."""
+    from speccheck.errors import InputError
+
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= MAX_SCALE:
+        raise InputError(f"scale must be a number in (0, {MAX_SCALE:g}] (a factor on every draw count), "
+                         f"got scale={scale!r}")
+    counted = []
+    if suite.scalar is not None:
+        counted += [("scalar", "n", suite.scalar.n)] + [("scalar.extra", "n", n) for _, _, n in suite.scalar.extra]
+    if suite.wrapper is not None:
+        counted.append(("wrapper", "n", suite.wrapper.n))
+    if suite.continuous is not None:
+        counted.append(("continuous", "n", suite.continuous.n))
+    if suite.trajectory is not None:
+        counted.append(("trajectory", "n_traj", int(suite.trajectory.get("n_traj", 300))))
+    for section, key, n in counted:
+        high = BOUNDS[(section, key)][1]
+        if _scaled(n, scale) > high:
+            raise InputError(f"suite [{section}] {key} = {n} times scale {scale:g} is {n * scale:.3g} draws, more "
+                             f"than the bound {high:,} (docs/exit-codes.md); lower the scale or {key}")
+    cost = suite_cost(suite, scale)
+    if cost.rows > MAX_ROWS or cost.memory_bytes > MAX_MEMORY_BYTES:
+        raise InputError(f"suite {suite.name!r} at scale {scale:g} is too large: {cost.describe()}; the bounds are "
+                         f"{MAX_ROWS:,} rows and {MAX_MEMORY_BYTES / 2**30:g} GiB (docs/exit-codes.md)")
+    return cost

@@ -36,7 +36,8 @@ VERDICTS = {"exact": EXIT_OK, "defect": EXIT_DEFECT, "no_verdict": EXIT_CANNOT_R
 #: distance, acceptance rate or tail share of 0.25: a run that cannot see that sees nothing)
 MDD_FLOOR = 0.25
 
-_RESOURCE_MARKS = ("raised MemoryError", "raised OutOfMemoryError", "out of memory")
+_RESOURCE_MARKS = ("raised MemoryError", "raised OutOfMemoryError", "out of memory", "not enough memory",
+                   "DefaultCPUAllocator", "can't allocate memory", "Cannot allocate memory")
 
 
 @dataclass
@@ -96,8 +97,8 @@ def judge(report: BatteryReport, *, mdd_floor: float = MDD_FLOOR) -> BatteryOutc
     """The verdict of ``report`` (see the module docstring for the rules, in the order applied)."""
     oom = resource_failures(report)
     if oom:
-        return no_verdict(f"verifier {report.verifier!r} ran out of memory in cell {oom[0].cell} ({oom[0].note}); "
-                          "no verdict (use a smaller --scale or another --device)", report)
+        return no_verdict(f"the run of {report.verifier!r} ran out of memory in cell {oom[0].cell} ({oom[0].note}); "
+                          "no verdict on the rule (use a smaller --scale or another --device)", report)
     mdds = layer_mdds(report)
     n_stat = sum(r.kind == "stat" for r in report.results)
     if not report.passed:
@@ -142,7 +143,7 @@ def judge_contract(name: str, checks: list[dict], spec: str) -> CheckOutcome:
         return CheckOutcome("no_verdict", f"no contract check could be run on {spec!r} (does supports_K accept "
                                           "any K?)")
     failed = [c for c in checks if not c.get("passed")]
-    oom = next((c for c in failed if "MemoryError" in c.get("note", "")), None)
+    oom = next((c for c in failed if any(m in c.get("note", "") for m in ("MemoryError",) + _RESOURCE_MARKS)), None)
     if oom is not None:
         return CheckOutcome("no_verdict", f"verifier {spec!r} ran out of memory ({oom['note']}); no verdict")
     data = {"name": name, "checks": checks}

@@ -182,3 +182,31 @@ VERDICTS = {
 }
 # only the statistical layers can see this one; --check (contract only) passes it
 STATISTICAL_ONLY = {"Biased": 1}
+
+
+class ForksSleeper(Exact):
+    """Forks a grandchild that sleeps for ten minutes holding the process's stdout, once, writing
+    its pid to ``$SPECCHECK_TEST_PIDFILE``; otherwise exact (issue 37, item 12)."""
+
+    name = "hostile-forks-sleeper"
+    forked = False
+
+    def verify(self, delta, s, generator=None):
+        if not ForksSleeper.forked:
+            ForksSleeper.forked = True
+            fork_sleeper()
+        return super().verify(delta, s, generator)
+
+
+def fork_sleeper() -> int:
+    """Fork a child that sleeps ten minutes (holding this process's pipes); its pid is appended
+    to ``$SPECCHECK_TEST_PIDFILE`` and returned."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(600)
+        finally:
+            os._exit(0)
+    with open(os.environ["SPECCHECK_TEST_PIDFILE"], "a") as fh:
+        fh.write(f"{pid}\n")
+    return pid

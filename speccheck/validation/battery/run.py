@@ -28,7 +28,7 @@ from speccheck.validation.battery.plan import (
 )
 from speccheck.validation.battery.verdict import assemble_report, failures_to_localise, localise_report
 from speccheck.validation.results import BatteryReport, TestResult
-from speccheck.validation.suites import Suite, load_suite
+from speccheck.validation.suites import Suite, check_cost, load_suite
 
 __all__ = ["assert_battery_passes", "run_battery"]
 
@@ -84,6 +84,7 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
         st = suite
     else:
         raise InputError(f"suite must be a name, a .toml path or a Suite, got {type(suite).__name__}")
+    check_cost(st, scale)  # a suite beyond its bounds is refused before anything runs
     st, suite_notes = suite_for(v, st)
     base = st.seed if seed is None else seed
     alpha = st.family_alpha if alpha_opt is None else alpha_opt
