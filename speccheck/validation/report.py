@@ -106,6 +106,9 @@ def format_report(rep: BatteryReport, verbose: bool = False, only_failures: bool
         "",
     ]
     lines += _layer_lines(rep)
+    promise = rep.promise
+    if promise is not None:
+        lines += ["", promise.line()] + (promise.table_lines() if verbose else [])
     fails = rep.failures
     if fails:
         lines += ["", f"failures ({len(fails)}):"]

@@ -136,6 +136,7 @@ class Suite:
     path: str = ""
     continuous: ContinuousSpec | None = None
     sequence: SequenceSpec | None = None
+    law: dict | None = None  # layer 7: the parameters of speccheck.sampler.calls.CallLaw but Ks (plain JSON)
 
 
 def _builtin_dir() -> Path:
@@ -175,7 +176,7 @@ MAX_DELTA = 40.0
 
 _KEYS = {
     "": {"name", "description", "seed", "family_alpha", "power", "scalar", "contract", "wrapper", "trajectory",
-         "continuous", "sequence"},
+         "continuous", "sequence", "law"},
     "scalar": {"deltas", "K", "n", "chunk", "tail_q", "extra"},
     "scalar.extra": {"delta", "K", "n"},
     "contract": {"n"},
@@ -183,6 +184,8 @@ _KEYS = {
     "trajectory": {"enabled", "n_traj", "K", "L", "d"},
     "continuous": {"K", "edges", "n", "zero_atom", "declared_deltas", "declared_rows", "chunk", "refine",
                    "confirm_n"},
+    "law": {"rows", "K", "max_batch", "octave_tilt", "edge_share", "delta_lo", "delta_hi", "zero_share", "epoch",
+            "fresh_share", "states_share", "float32_share", "points", "probe_rows"},
     "sequence": {"K", "calls", "max_batch", "k1_share", "anchors", "delta_lo", "delta_hi", "small_delta", "replay",
                  "small_calls", "small_anchors"},
 }
@@ -220,7 +223,7 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
     """Validate a suite's TOML table (LoadError, a ValueError, naming the bad key): only known keys,
     values inside the verifier contract's domain."""
     _check_keys(data, "")
-    for section in ("scalar", "contract", "wrapper", "trajectory", "continuous", "sequence"):
+    for section in ("scalar", "contract", "wrapper", "trajectory", "continuous", "sequence", "law"):
         if section in data:
             _check_keys(data[section], section)
     for c in data.get("scalar", {}).get("extra", []):
@@ -274,8 +277,38 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
     contract_n = _pos_int(data.get("contract", {}), "n", "contract", 256)
     continuous = _parse_continuous(data["continuous"]) if "continuous" in data else None
     sequence = _parse_sequence(data["sequence"]) if "sequence" in data else None
+    law = _parse_law(data["law"]) if "law" in data else None
     return Suite(str(data.get("name", name)), seed, alpha, power, scalar, contract_n, wrapper, traj,
-                 str(data.get("description", "")), path, continuous, sequence)
+                 str(data.get("description", "")), path, continuous, sequence, law)
+
+
+def _parse_law(t: dict) -> dict:
+    """The [law] section (layer 7, :mod:`speccheck.sampler.calls`): rows, K and the law's shares."""
+    Ks = t.get("K", [])
+    if not Ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K for k in Ks):
+        raise LoadError(f"suite [law] K must be a non-empty list of integers in [1, {MAX_K}], got {Ks!r}")
+    law = {"rows": _pos_int(t, "rows", "law"), "Ks": sorted(set(Ks))}
+    for key in ("max_batch", "epoch", "points"):
+        if key in t:
+            law[key] = _pos_int(t, key, "law")
+    if "probe_rows" in t:
+        v = t["probe_rows"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise LoadError(f"suite [law] probe_rows must be an integer >= 0, got probe_rows={v!r}")
+        law["probe_rows"] = v
+    for key in ("octave_tilt", "edge_share", "zero_share", "fresh_share", "states_share", "float32_share"):
+        if key in t:
+            v = t[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= (4 if key == "octave_tilt"
+                                                                                      else 1):
+                raise LoadError(f"suite [law] {key} must be a number in [0, {4 if key == 'octave_tilt' else 1}], "
+                                f"got {key}={v!r}")
+            law[key] = float(v)
+    lo, hi = float(t.get("delta_lo", 1e-4)), float(t.get("delta_hi", MAX_DELTA))
+    if not 0 < lo < hi <= MAX_DELTA:
+        raise LoadError(f"suite [law] needs 0 < delta_lo < delta_hi <= {MAX_DELTA:g}, got {lo!r}, {hi!r}")
+    law.update(delta_lo=lo, delta_hi=hi)
+    return law
 
 
 def _parse_sequence(t: dict) -> SequenceSpec:

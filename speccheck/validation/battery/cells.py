@@ -15,7 +15,7 @@ from scipy import stats as sstats
 from speccheck.errors import DeviceError, InputError
 from speccheck.seeding import generator as make_generator
 from speccheck.seeding import one_thread, pinned_global_rngs, unit_seed
-from speccheck.validation import continuous, device_stats, sequence
+from speccheck.validation import continuous, device_stats, law, sequence
 from speccheck.validation.battery.plan import _Plan, _plan_of
 from speccheck.validation.contract import (
     call_verify,
@@ -319,7 +319,7 @@ def _judge_trajectory(raw: dict) -> list[TestResult]:
 
 
 # ------------------------------------------------------------------------- one cell
-STAT_LAYERS = ("L1", "L3", "L4", "L5", "L6")  # the layers whose cells send raw outputs to be judged
+STAT_LAYERS = ("L1", "L3", "L4", "L5", "L6", "L7")  # the layers whose cells send raw outputs to be judged
 
 
 def draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, device: torch.device,
@@ -354,6 +354,8 @@ def _draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, b
         if raw is None and not contract:
             contract = [_unsupported(sequence.CELL, plan["sequence_Ks"], "L6")]
         return contract, raw
+    if layer == "L7":
+        return draw_law_cell(verifier, plan, base=base, device=device)
     if layer == "L5":
         K = int(cell[1])
         if not supports(verifier, K):
@@ -363,7 +365,30 @@ def _draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, b
         return continuous.draw_k(verifier, spec, K, n, n_shared, device, unit_seed(base, 5, K),
                                  bool(plan["has_acceptance"]))
     raise InputError(f"unknown battery cell {cell!r}; cells are ('L0',), ('L4',), ('L1', label), ('L5', K), ('L6',), "
-                     "('L3', dim)")
+                     "('L3', dim), ('L7',)")
+
+
+def draw_law_cell(verifier: Any, plan: dict, *, base: int,
+                  device: torch.device) -> tuple[list[TestResult], dict | None]:
+    """The law layer's cell: :func:`speccheck.sampler.calls.draw_law` (which imports nothing of
+    ``speccheck.validation``; the isolated path runs it in a process of its own, see
+    :func:`speccheck.scale.units.battery_law`), its contract counts as results."""
+    from speccheck.sampler.calls import draw_law
+
+    raw = draw_law(verifier, plan["law"], seed=unit_seed(base, 7), device=device,
+                   has_acceptance=bool(plan["has_acceptance"]))
+    return law_outcome(raw)
+
+
+def law_outcome(raw: dict) -> tuple[list[TestResult], dict | None]:
+    """(contract results, raw outputs or None when a call's contract failure stopped the draw)."""
+    contract = law.contract_results(raw)
+    if raw.get("stopped") or not all(r.passed for r in contract if r.test != "contract:global-rng"):
+        if all(r.passed for r in contract):
+            contract.append(contract_result(law.CELL, "contract:output", 1, 1, f"{raw['stopped']}: unusable output",
+                                            "L7"))
+        return contract, None
+    return contract, {k: v for k, v in raw.items() if k != "contract"}
 
 
 def _unsupported(cell: str, Ks: list, layer: str) -> TestResult:
@@ -417,6 +442,8 @@ def _judge(suite: Suite, cell: tuple, raw: dict, *, plan: dict | None, base: int
     if layer == "L6":
         return sequence.judge_layer(raw, sequence.scaled_spec(suite.sequence, scale), alpha=alpha_t,
                                     power=suite.power, base=base)
+    if layer == "L7":
+        return law.judge_layer(raw, alpha=alpha_t, power=suite.power, seed=unit_seed(base, 7, "pairs"))
     if layer == "L5":
         n, n_shared = _continuous_sizes(suite.continuous, scale, has_acc)
         return continuous.judge_k(raw, suite.continuous, int(cell[1]), n, n_shared, alpha_t, suite.power, has_acc)
