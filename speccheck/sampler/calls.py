@@ -13,7 +13,7 @@ The law (every draw from numpy's generator seeded by the unit's seed):
   long-lived instance's first call has the smallest K, its second the largest;
 - *batch size* B: an octave j in 0 .. log2(``max_batch``) with probability proportional to
   2^(-``octave_tilt`` j) (so the rows spread over the octaves instead of sitting in the largest
-  calls), B uniform in [2^j, 2^(j+1)); a share ``edge_share`` of the calls instead sits just
+  calls), B uniform in [2^j, 2^(j+1)) (and <= ``max_batch``); a share ``edge_share`` of the calls instead sits just
   around a chunk boundary (c - 1, c, c + 1 for c in :data:`CHUNK_EDGES`);
 - *K*: uniform on the rule's supported K;
 - *deltas*: the long-lived instance's delta range changes every ``epoch`` calls (a window of
@@ -83,7 +83,7 @@ class CallLaw:
 
     rows: int
     Ks: tuple[int, ...]
-    max_batch: int = 65536
+    max_batch: int = 100_000
     octave_tilt: float = 0.45
     edge_share: float = 0.05
     delta_lo: float = 1e-4
@@ -114,7 +114,7 @@ def _batch(law: CallLaw, rng: np.random.Generator) -> int:
     top = max(int(math.floor(math.log2(law.max_batch))), 0)
     w = 2.0 ** (-law.octave_tilt * np.arange(top + 1))
     j = int(rng.choice(top + 1, p=w / w.sum()))
-    return int(min(law.max_batch, rng.integers(2 ** j, 2 ** (j + 1))))
+    return int(rng.integers(2 ** j, min(2 ** (j + 1), law.max_batch + 1)))
 
 
 def plan_calls(law: CallLaw, seed: int) -> list[dict]:

@@ -50,7 +50,7 @@ from speccheck.validation.contract import contract_result
 from speccheck.validation.results import Promise, TestResult, promise_of
 
 __all__ = ["CELL", "LAYER", "RESOLUTIONS", "SHARE", "PairResult", "Promise", "ScoreResult", "StrataAcceptance",
-           "StrataKS", "bernstein_pvalue", "contract_results", "covariates", "judge_layer", "pair_test",
+           "StrataKS", "bernstein_pvalue", "contract_results", "covariates", "judge_layer", "outcome", "pair_test",
            "planned_tests", "promise_of", "score_test", "strata_acceptance", "strata_ks", "strata_of"]
 
 LAYER = "L7"
@@ -279,9 +279,10 @@ def _strata_result(kind: str, family: str, r: int | None, got: StrataKS | Strata
     at_share = float(mdds[held].max()) if held.any() else None
     res = "by value" if r is None else f"{r} bins"
     cell = f"{CELL}: {family} ({res})" if family else f"{CELL}: all rows"
-    r_out = TestResult(cell, test, stat, float(thr[worst]), min(1.0, n_bins * p_min),
+    p_value = min(1.0, n_bins * p_min)
+    r_out = TestResult(cell, test, stat, float(thr[worst]), p_value,
                        float(np.max(mdds[used])) if used.any() else math.inf,
-                       int(got.n.sum()), layer=LAYER,
+                       int(got.n.sum()), passed=p_value > alpha, layer=LAYER,
                        note=f"worst bin {_where(family, r, x, labels, worst)}" if family else "")
     r_out.extra.update({"family": family or "all", "resolution": r if r is not None else n_bins, "bins": n_bins,
                         "bin_level": level, "bin_n": [int(v) for v in got.n[used]], "share": SHARE,
@@ -383,3 +384,15 @@ def contract_results(raw: dict) -> list[TestResult]:
     """The deterministic checks the drawing process counted (every call, every row)."""
     return [contract_result(CELL, str(c["test"]), int(c["bad"]), int(c["n"]), str(c["note"]) if c["bad"] else "",
                             LAYER) for c in raw["contract"]]
+
+
+def outcome(raw: dict) -> tuple[list[TestResult], dict | None]:
+    """(contract results, the raw outputs to judge, or None when a contract failure stopped the
+    draw or broke the outputs) from :func:`speccheck.sampler.calls.draw_law`'s return value."""
+    contract = contract_results(raw)
+    if raw.get("stopped") or not all(r.passed for r in contract if r.test != "contract:global-rng"):
+        if all(r.passed for r in contract):
+            contract.append(contract_result(CELL, "contract:output", 1, 1, f"{raw['stopped']}: unusable output",
+                                            LAYER))
+        return contract, None
+    return contract, {k: v for k, v in raw.items() if k != "contract"}

@@ -368,27 +368,15 @@ def _draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, b
                      "('L3', dim), ('L7',)")
 
 
-def draw_law_cell(verifier: Any, plan: dict, *, base: int,
-                  device: torch.device) -> tuple[list[TestResult], dict | None]:
-    """The law layer's cell: :func:`speccheck.sampler.calls.draw_law` (which imports nothing of
-    ``speccheck.validation``; the isolated path runs it in a process of its own, see
-    :func:`speccheck.scale.units.battery_law`), its contract counts as results."""
+def draw_law_cell(verifier: Any, plan: dict, *, base: int, device: torch.device) -> tuple[list, dict]:
+    """The law layer's cell: ``([], raw)`` from :func:`speccheck.sampler.calls.draw_law`, the
+    contract counts inside ``raw`` (:func:`judge_cell` turns them into results). The isolated path
+    draws it in a process that imports nothing of ``speccheck.validation``
+    (:func:`speccheck.scale.units.battery_law`), with the same outputs."""
     from speccheck.sampler.calls import draw_law
 
-    raw = draw_law(verifier, plan["law"], seed=unit_seed(base, 7), device=device,
-                   has_acceptance=bool(plan["has_acceptance"]))
-    return law_outcome(raw)
-
-
-def law_outcome(raw: dict) -> tuple[list[TestResult], dict | None]:
-    """(contract results, raw outputs or None when a call's contract failure stopped the draw)."""
-    contract = law.contract_results(raw)
-    if raw.get("stopped") or not all(r.passed for r in contract if r.test != "contract:global-rng"):
-        if all(r.passed for r in contract):
-            contract.append(contract_result(law.CELL, "contract:output", 1, 1, f"{raw['stopped']}: unusable output",
-                                            "L7"))
-        return contract, None
-    return contract, {k: v for k, v in raw.items() if k != "contract"}
+    return [], draw_law(verifier, plan["law"], seed=unit_seed(base, 7), device=device,
+                        has_acceptance=bool(plan["has_acceptance"]))
 
 
 def _unsupported(cell: str, Ks: list, layer: str) -> TestResult:
@@ -411,6 +399,12 @@ def judge_cell(suite: Suite, cell: tuple, contract: list[TestResult], raw: dict 
     from speccheck.errors import FileFormatError
 
     layer = cell[0]
+    if layer == "L7" and raw is not None:  # the law's contract counts travel with its raw outputs
+        try:
+            checks, raw = law.outcome(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FileFormatError(f"battery cell {cell!r}: malformed contract counts ({exc}); no verdict") from None
+        contract = list(contract) + checks
     if raw is None:
         if layer in STAT_LAYERS and all(r.passed for r in contract):
             raise FileFormatError(f"battery cell {cell!r}: no raw outputs and no contract failure to say why; "
