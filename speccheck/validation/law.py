@@ -98,20 +98,35 @@ def strata_of(x: np.ndarray, r: int | None) -> tuple[np.ndarray, int]:
     """(bin per row, number of bins): ``r`` bins holding equal shares of the rows by the rank of
     ``x`` (ties in one bin, so a bin may hold more, and there may be fewer bins), or one bin per
     distinct value (``r`` None)."""
-    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    if r is None or values.size <= r:
-        return inverse.astype(np.int64), int(values.size)
-    cum = np.cumsum(counts) / counts.sum()
-    value_bin = np.minimum((np.ceil(cum * r - 1e-9) - 1).astype(np.int64), r - 1)  # bin of each distinct value
-    value_bin = np.maximum.accumulate(np.maximum(value_bin, 0))
-    _, compact = np.unique(value_bin, return_inverse=True)
-    return compact[inverse].astype(np.int64), int(compact.max()) + 1
+    return _Ranked(x).strata(r)
 
 
-def _mid_rank(x: np.ndarray) -> np.ndarray:
-    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    cum = np.cumsum(counts)
-    return ((cum - 0.5 * counts) / counts.sum())[inverse]
+class _Ranked:
+    """A covariate's distinct values and counts, computed once for every resolution and its mid-rank."""
+
+    def __init__(self, x: np.ndarray, groups: np.ndarray | None = None) -> None:
+        # ``groups``: x is constant within each group (the rows of one call): rank the groups' values
+        if groups is not None:
+            first = np.concatenate([[0], np.flatnonzero(groups[1:] != groups[:-1]) + 1])
+            size = np.diff(np.concatenate([first, [groups.size]]))
+            values, inv_g = np.unique(x[first], return_inverse=True)
+            self.values, self.inverse = values, np.repeat(inv_g, size)
+            self.counts = np.bincount(self.inverse, minlength=values.size)
+        else:
+            self.values, self.inverse, self.counts = np.unique(x, return_inverse=True, return_counts=True)
+
+    def strata(self, r: int | None) -> tuple[np.ndarray, int]:
+        if r is None or self.values.size <= r:
+            return self.inverse.astype(np.int64), int(self.values.size)
+        cum = np.cumsum(self.counts) / self.counts.sum()
+        value_bin = np.minimum((np.ceil(cum * r - 1e-9) - 1).astype(np.int64), r - 1)  # bin of each distinct value
+        value_bin = np.maximum.accumulate(np.maximum(value_bin, 0))
+        _, compact = np.unique(value_bin, return_inverse=True)
+        return compact[self.inverse].astype(np.int64), int(compact.max()) + 1
+
+    def mid_rank(self) -> np.ndarray:
+        cum = np.cumsum(self.counts)
+        return ((cum - 0.5 * self.counts) / self.counts.sum())[self.inverse]
 
 
 # ---------------------------------------------------------------------- statistics
@@ -163,7 +178,8 @@ def dkw_pvalue_array(n: np.ndarray, D: np.ndarray) -> np.ndarray:
 def strata_ks(u_sorted: np.ndarray, labels_sorted: np.ndarray, n_bins: int) -> StrataKS:
     """KS distance of the PIT from U(0, 1) in every bin. ``u_sorted``: the PIT sorted up;
     ``labels_sorted``: each of those rows' bin (0 .. n_bins - 1)."""
-    perm = np.argsort(labels_sorted, kind="stable")  # rows grouped by bin, each group still sorted by u
+    small = labels_sorted.astype(np.int16 if n_bins < 2 ** 15 else np.int64)  # 16-bit: numpy's radix sort
+    perm = np.argsort(small, kind="stable")  # rows grouped by bin, each group still sorted by u
     u = u_sorted[perm]
     n = np.bincount(labels_sorted, minlength=n_bins)
     starts = np.concatenate([[0], np.cumsum(n)[:-1]])
@@ -220,7 +236,7 @@ def pair_test(z: np.ndarray, call: np.ndarray, rng: np.random.Generator | None =
         same = call[1:] == call[:-1]
         prod = (z[:-1] * z[1:])[same]
     else:
-        order = np.lexsort((rng.random(z.size), call))
+        order = np.argsort(call + rng.random(z.size))  # rows of one call together, in random order
         zs, cs = z[order], call[order]
         m = zs.size // 2
         a, b = zs[0:2 * m:2], zs[1:2 * m:2]
@@ -316,9 +332,12 @@ def judge_layer(raw: dict, *, alpha: float, power: float, seed: int) -> list[Tes
     results: list[TestResult] = []
     designs: list[tuple[str, int | None]] = [("", None)]
     designs += [(f, r) for f in ORDINAL for r in RESOLUTIONS] + [(f, None) for f in CATEGORICAL]
+    per_call = ("B", "K", "call", "age", "B octave", "pattern", "dtype", "path", "instance")
+    in_call_order = bool(np.all(call[1:] >= call[:-1]))
+    ranked = {f: _Ranked(cov[f], call if (f in per_call and in_call_order) else None) for f in ORDINAL + CATEGORICAL}
     for family, r in designs:
         if family:
-            labels, n_bins = strata_of(cov[family], r)
+            labels, n_bins = ranked[family].strata(r)
         else:
             labels, n_bins = np.zeros(z.size, np.int64), 1
         x = cov[family] if family else u
@@ -334,7 +353,7 @@ def judge_layer(raw: dict, *, alpha: float, power: float, seed: int) -> list[Tes
             results.append(_strata_result("acceptance", family, r, got, x[m], labels[m], n_bins, int(m.sum()),
                                           alpha, power))
     for family in ORDINAL:
-        c = _mid_rank(cov[family])
+        c = ranked[family].mid_rank()
         c = c - c.mean()
         s = score_test(u - 0.5, 1.0 / 12.0, c)
         results.append(_normal_result(f"{CELL}: scores", f"PIT trend along {family}", s.statistic, s.p, s.n,
