@@ -38,7 +38,8 @@ declaration may cost milliseconds per delta), and per call its covariates. The c
 (shapes and dtypes by :func:`speccheck.verifiers.base.output_problems`, index == K iff rejected,
 accepted => s_out == s[index], finite outputs, inputs unchanged) and so is the rule's use of the
 global generators: the torch, numpy and ``random`` global states are compared before and after
-every call (a deterministic check). The time inside ``verify`` is measured.
+every call (a deterministic check; numpy's and ``random``'s in a process with one thread only).
+The time inside ``verify`` is measured.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -207,23 +209,29 @@ def _state_fn(verifier: Any) -> Callable:
 
 
 class _GlobalRngs:
-    """The torch, numpy and ``random`` global generator states, to compare around a call."""
+    """The torch, numpy and ``random`` global generator states, to compare around a call. numpy's
+    and ``random``'s are compared only in a process with one thread (the isolated child that draws
+    the law): elsewhere (a Dask worker) other threads may draw from them during the call; torch's
+    always (nothing else in speccheck's processes draws from it)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
 
     def state(self) -> tuple:
         cuda = torch.cuda.get_rng_state() if self.cuda else None
-        return torch.get_rng_state(), cuda, np.random.get_state(), random.getstate()
+        alone = threading.active_count() == 1
+        return (torch.get_rng_state(), cuda, np.random.get_state() if alone else None,
+                random.getstate() if alone else None)
 
     @staticmethod
     def moved(a: tuple, b: tuple) -> list[str]:
         which = []
         if not torch.equal(a[0], b[0]) or (a[1] is not None and not torch.equal(a[1], b[1])):
             which.append("torch")
-        if a[2][0] != b[2][0] or a[2][2:] != b[2][2:] or not np.array_equal(a[2][1], b[2][1]):
+        if a[2] is not None and b[2] is not None and (a[2][0] != b[2][0] or a[2][2:] != b[2][2:]
+                                                      or not np.array_equal(a[2][1], b[2][1])):
             which.append("numpy")
-        if a[3] != b[3]:
+        if a[3] is not None and b[3] is not None and a[3] != b[3]:
             which.append("random")
         return which
 
@@ -231,8 +239,10 @@ class _GlobalRngs:
         torch.set_rng_state(s[0])
         if s[1] is not None:
             torch.cuda.set_rng_state(s[1])
-        np.random.set_state(s[2])
-        random.setstate(s[3])
+        if s[2] is not None:
+            np.random.set_state(s[2])
+        if s[3] is not None:
+            random.setstate(s[3])
 
 
 class _Contract:

@@ -296,8 +296,9 @@ def _strata_result(kind: str, family: str, r: int | None, got: StrataKS | Strata
     res = "by value" if r is None else f"{r} bins"
     cell = f"{CELL}: {family} ({res})" if family else f"{CELL}: all rows"
     p_value = min(1.0, n_bins * p_min)
-    r_out = TestResult(cell, test, stat, float(thr[worst]), p_value,
-                       float(np.max(mdds[used])) if used.any() else math.inf,
+    # the test's MDD: over the bins holding the promised share (the weakest bin else)
+    mdd = at_share if at_share is not None else (float(np.max(mdds[used])) if used.any() else math.inf)
+    r_out = TestResult(cell, test, stat, float(thr[worst]), p_value, mdd,
                        int(got.n.sum()), passed=p_value > alpha, layer=LAYER,
                        note=f"worst bin {_where(family, r, x, labels, worst)}" if family else "")
     r_out.extra.update({"family": family or "all", "resolution": r if r is not None else n_bins, "bins": n_bins,
