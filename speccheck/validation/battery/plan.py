@@ -228,7 +228,8 @@ def suite_for(verifier: Any, suite: Suite) -> tuple[Suite, list[str]]:
     (``sampler_factory``, the sampler mutants) only where the sampler is involved, layers 0 and 4."""
     if getattr(verifier, "sampler_factory", None) is None:
         return suite, []
-    return dataclasses.replace(suite, scalar=None, wrapper=None, continuous=None, sequence=None), [SAMPLER_RULE_NOTE]
+    return (dataclasses.replace(suite, scalar=None, wrapper=None, continuous=None, sequence=None, law=None),
+            [SAMPLER_RULE_NOTE])
 
 
 def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:
