@@ -19,6 +19,12 @@ trajectory, ``L5`` continuous, ``L6`` sequence); the wall time from one label to
 first one's layer (the report assembly after the last unit to the last layer). Printed per
 layer: wall and CPU seconds, the layer's share of the run's CPU time, and its CPU time relative
 to D-GRS's same layer (the load-independent comparison).
+
+Evidence per second (issue 39): the rule runs wrapped in :class:`Timed`, which charges the process
+CPU time spent inside its ``verify`` (and ``verify_states``, ``acceptance``) to the rule; the
+battery's own CPU is everything else. Printed per run: the rule's CPU, the battery's own CPU,
+their ratio (target: battery <= rule on the dgrs gate), and the rows the law layer (L7) sent
+through ``verify`` with the promise they bought.
 """
 
 from __future__ import annotations
@@ -63,16 +69,42 @@ class LayerClock:
         return {layer: (self.seconds[layer], self.cpu[layer]) for layer in sorted(self.seconds)}
 
 
+class Timed:
+    """A rule whose ``verify``, ``verify_states`` and ``acceptance`` charge their process CPU time
+    to :attr:`RULE_CPU` (class-level: the battery deep-copies the rule for every cell)."""
+
+    RULE_CPU = [0.0]
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        if name == "inner":
+            raise AttributeError(name)
+        value = getattr(self.inner, name)
+        if name in ("verify", "verify_states", "acceptance") and callable(value):
+            def timed(*args: object, **kwargs: object) -> object:
+                t0 = time.process_time()
+                try:
+                    return value(*args, **kwargs)
+                finally:
+                    Timed.RULE_CPU[0] += time.process_time() - t0
+            return timed
+        return value
+
+
 def time_run(rule: str, suite: str, **options: object
-             ) -> tuple[float, float, bool, int, dict[str, tuple[float, float]]]:
-    """(wall s, CPU s, passed, tests, (wall s, CPU s) per layer) of one battery run."""
-    from speccheck.validation.battery import run_battery
+             ) -> tuple[float, float, bool, int, dict[str, tuple[float, float]], float, object]:
+    """(wall s, CPU s, passed, tests, (wall s, CPU s) per layer, the rule's CPU s, the report) of one
+    battery run (in this process, the rule wrapped in :class:`Timed`)."""
+    from speccheck.validation.battery import load_verifier, run_battery
 
     clock = LayerClock()
+    Timed.RULE_CPU[0] = 0.0
     w0, c0 = time.perf_counter(), time.process_time()
-    rep = run_battery(rule, suite, heartbeat=clock, **options)
+    rep = run_battery(Timed(load_verifier(rule)), suite, heartbeat=clock, **options)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    return wall, cpu, rep.passed, len(rep.results), clock.stop()
+    return wall, cpu, rep.passed, len(rep.results), clock.stop(), Timed.RULE_CPU[0], rep
 
 
 def layer_line(layers: dict[str, tuple[float, float]], base: dict[str, tuple[float, float]] | None) -> str:
@@ -100,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     for rule in rules:
         for suite in args.suite:
             if not args.no_warmup:
-                w, c, _, _, _ = time_run(rule, suite, layers=["scalar", "continuous"], scale=0.1)
+                w, c, *_ = time_run(rule, suite, layers=["scalar", "continuous"], scale=0.1)
                 print(f"{rule:10s} {suite:6s} warm-up (caches): wall {w:6.1f} s  CPU {c:6.1f} s", flush=True)
-            w, c, ok, n, layers = time_run(rule, suite)
+            w, c, ok, n, layers, rule_cpu, rep = time_run(rule, suite)
             if rule == "dgrs":
                 base_layers[suite] = layers
             rows.append((rule, suite, w, c, ok, n))
@@ -110,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rule:10s} {suite:6s} wall {w:6.1f} s ({w / budget:4.2f} x budget {budget:.0f} s)  "
                   f"CPU {c:6.1f} s ({c / budget:4.2f} x budget)  {'PASS' if ok else 'FAIL'} ({n} tests)", flush=True)
             print(layer_line(layers, None if rule == "dgrs" else base_layers.get(suite)), flush=True)
+            own = c - rule_cpu
+            print(f"   CPU inside the rule (verify, verify_states, acceptance) {rule_cpu:6.1f} s; the battery's own "
+                  f"{own:6.1f} s ({own / max(rule_cpu, 1e-9):4.2f} x the rule's)", flush=True)
+            if rep.promise is not None:
+                print(f"   {rep.promise.line()}", flush=True)
     base = {s: c for r, s, _, c, _, _ in rows if r == "dgrs"}
     if base:
         print("CPU time relative to dgrs in the same run:")

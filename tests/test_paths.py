@@ -3,7 +3,7 @@ rule and every mutant: the command (its verifier in an isolated child), the pyte
 Dask with two workers.
 
 Small suites keep it to seconds per rule: the contract, a scalar grid of two deltas and two K,
-and a 200-call sequence layer; the sampler mutants get a trajectory-only suite (they are run on
+a 200-call sequence layer and a 20,000-row law layer; the sampler mutants get a trajectory-only suite (they are run on
 layers 0 and 4 alone on every path)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tests.cli_support import run_cli, tiny_suite_text, write_suite
 
 TIMINGS = ("wall_s", "cpu_s")
 SEQUENCE = "[sequence]\nK = [1, 2, 4]\ncalls = 200\nsmall_calls = 0\n"
+LAW = "[law]\nrows = 20000\nK = [1, 2, 4]\npoints = 8\n"  # layer 7: its own unit kind, a clean child
 TRAJECTORY = 'name = "paths-traj"\nseed = 3\n[trajectory]\nn_traj = 60\nK = 2\nL = 3\nd = 4\n'
 SAMPLER = sorted(n for n in mutant_factories() if n.startswith("sampler-"))
 SCALAR = sorted(n for n in mutant_factories() if not n.startswith("sampler-"))
@@ -35,7 +36,7 @@ def _plain(report: dict | BatteryReport) -> dict:
 def suites(tmp_path_factory):
     folder = tmp_path_factory.mktemp("paths")
     (folder / "traj").mkdir()
-    return {"scalar": write_suite(folder, tiny_suite_text("paths", extra=SEQUENCE)),
+    return {"scalar": write_suite(folder, tiny_suite_text("paths", extra=SEQUENCE + LAW)),
             "trajectory": write_suite(folder / "traj", TRAJECTORY)}
 
 

@@ -816,7 +816,8 @@ def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, 
     alpha = float(spec["family_alpha"])
 
     def cell_unit(run: Run, cell: tuple, extra: Optional[dict] = None) -> Unit:
-        return Unit("battery-cell", {**spec, **(extra or {})}, (str(run[0]), int(run[1]), *cell), device=device,
+        kind = "battery-law" if cell == ("L7",) else "battery-cell"  # the law layer: see units.battery_law
+        return Unit(kind, {**spec, **(extra or {})}, (str(run[0]), int(run[1]), *cell), device=device,
                     fixed_seed=int(run[1]))
 
     def judged(unit: Unit, result: dict) -> dict:

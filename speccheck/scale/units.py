@@ -287,6 +287,51 @@ def battery_cell(unit: Unit) -> dict:
     return {"results": [plain(r.as_dict()) for r in contract], "raw": raw}
 
 
+def battery_law(unit: Unit) -> dict:
+    """The law layer's cell of one battery run (identity: verifier, battery seed, ``"L7"``), drawn
+    by :func:`speccheck.sampler.calls.draw_law` with nothing of ``speccheck.validation`` imported
+    here: the rule meets a process shaped like a sampler's (the isolated path runs these units in a
+    process of their own, see :class:`speccheck.scale.executors.IsolatedExecutor`). Returns the raw
+    outputs, the contract counts among them, which the job's client judges
+    (:func:`speccheck.validation.battery.judge_cell`). The same outputs as the cell drawn anywhere else."""
+    import copy
+
+    import torch
+
+    from speccheck.sampler.calls import draw_law
+    from speccheck.seeding import pinned_global_rngs
+    from speccheck.verifiers import get
+
+    spec_string, base = str(unit.identity[0]), int(unit.identity[1])
+    try:
+        verifier = get(spec_string)
+    except ValueError as exc:
+        raise LoadError(str(exc)) from None
+    plan = unit.spec["plan"]
+    device = torch.device(unit.device)
+    with _no_speccheck_environment(), pinned_global_rngs(unit_seed(base, "global-rngs", repr(("L7",))), device):
+        raw = draw_law(copy.deepcopy(verifier), plan["law"], seed=unit_seed(base, 7), device=device,
+                       has_acceptance=bool(plan["has_acceptance"]), beat=_HEARTBEAT.get())
+    return {"results": [], "raw": raw}
+
+
+@contextlib.contextmanager
+def _no_speccheck_environment() -> Iterator[None]:
+    """No SPECCHECK_* variable in the environment inside (restored after); the cache folder the
+    user set with $SPECCHECK_CACHE_DIR reaches the built-in rules through their cache module."""
+    from speccheck.verifiers import _cache
+
+    saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("SPECCHECK_")]}
+    root = _cache.ROOT
+    if "SPECCHECK_CACHE_DIR" in saved and root is None:
+        _cache.ROOT = saved["SPECCHECK_CACHE_DIR"]
+    try:
+        yield
+    finally:
+        _cache.ROOT = root
+        os.environ.update(saved)
+
+
 def echo(unit: Unit) -> dict:
     """No work: the unit's identity and seed (measures the executors' own cost per unit)."""
     return {"identity": list(unit.identity), "seed": unit.seed}
@@ -300,6 +345,7 @@ UNIT_KINDS: dict[str, Callable[[Unit], dict]] = {
     "battery": battery_run,
     "mutant": mutant_run,
     "battery-cell": battery_cell,
+    "battery-law": battery_law,
 }
 
 

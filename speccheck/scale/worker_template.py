@@ -48,4 +48,6 @@ def import_modules(names: str) -> list[str]:
 
 if in_template():
     atexit.register(os._exit, 0)
-    import_modules(os.environ.get(MODULES_VARIABLE, ""))
+    # read once, then dropped: the processes forked from here (the code under test) inherit no
+    # variable of speccheck's
+    import_modules(os.environ.pop(MODULES_VARIABLE, ""))

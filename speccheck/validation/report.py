@@ -106,6 +106,9 @@ def format_report(rep: BatteryReport, verbose: bool = False, only_failures: bool
         "",
     ]
     lines += _layer_lines(rep)
+    promise = rep.promise
+    if promise is not None:
+        lines += ["", promise.line()] + (promise.table_lines() if verbose else [])
     fails = rep.failures
     if fails:
         lines += ["", f"failures ({len(fails)}):"]
@@ -193,7 +196,14 @@ _SHORT = {
     "L5 acceptance<=list-bound": "cbound", "L5 acceptance=declared": "cacc", "L1 tails": "tails",
     "L6 contract": "L6c", "L6 pit-ks": "spit", "L6 acceptance=declared": "sacc", "L6 independent rows": "indep",
     "L6 shift": "shift", "L6 slope on delta": "slope",
+    "L7 contract": "L7c", "L7 pit-ks": "lpit", "L7 acceptance=declared": "lacc", "L7 trend": "ltrend",
+    "L7 pairs": "lpair", "L7 shift": "lshift", "L7 states": "lstate",
 }
+#: the law layer's tests, by the start of their names, in families
+_LAW_FAMILIES = (("pit-ks of the state", "L7 states"), ("pit-ks", "L7 pit-ks"),
+                 ("acceptance=declared", "L7 acceptance=declared"), ("PIT trend", "L7 trend"),
+                 ("acceptance trend", "L7 trend"), ("independent rows", "L7 pairs"), ("mean(s_out", "L7 shift"),
+                 ("shift proportional", "L7 shift"))
 #: the sequence layer's tests, by the start of their names, in families
 _SEQUENCE_FAMILIES = (("pit-ks", "L6 pit-ks"), ("acceptance=declared", "L6 acceptance=declared"),
                       ("independent rows", "L6 independent rows"), ("mean(s_out - delta)", "L6 shift"),
@@ -212,6 +222,8 @@ def test_family(r: TestResult) -> str:
         return f"L4 {r.test.split()[0]}"
     if r.layer == "L6":
         return next((family for start, family in _SEQUENCE_FAMILIES if r.test.startswith(start)), f"L6 {r.test}")
+    if r.layer == "L7":
+        return next((family for start, family in _LAW_FAMILIES if r.test.startswith(start)), f"L7 {r.test}")
     if r.test.startswith("tails"):
         return "L1 tails"
     return f"{r.layer} {r.test}"
@@ -232,7 +244,7 @@ def kill_matrix(reports: dict[str, BatteryReport]) -> tuple[list[str], dict[str,
                 fams.append(f)
             row[f] = row.get(f, False) or not r.passed
         mat[name] = row
-    order = {"L0": 0, "L1": 1, "L2": 2, "L5": 3, "L3": 4, "L4": 5, "L6": 6}
+    order = {"L0": 0, "L1": 1, "L2": 2, "L5": 3, "L3": 4, "L4": 5, "L6": 6, "L7": 7}
     fams.sort(key=lambda f: (order.get(f.split()[0], 9), f))
     return fams, mat
 

@@ -23,6 +23,7 @@ LAYERS: dict[str, str] = {
     "L4": "trajectory",
     "L5": "continuous",
     "L6": "sequence",
+    "L7": "law",
 }
 
 #: kinds of test: a statistical test in the Holm family, a deterministic contract check, and a
@@ -190,6 +191,64 @@ class Localisation:
         return cls(**kw)
 
 
+@dataclass(frozen=True)
+class Promise:
+    """The smallest defects the law layer detects with probability >= ``power`` in any stratum
+    holding >= ``share`` of its rows: ``pit`` (PIT sup-distance), ``acceptance`` (acceptance
+    shift; NaN without a declared acceptance); ``rows`` and ``declared_rows`` of the layer;
+    ``table``: per covariate family and resolution (family, bins, per-bin level, PIT MDD,
+    acceptance MDD)."""
+
+    share: float
+    power: float
+    pit: float
+    acceptance: float
+    rows: int
+    declared_rows: int
+    table: tuple
+
+    def line(self) -> str:
+        acc = (f" or its acceptance shift >= {self.acceptance:.4f} (of the {self.declared_rows:,} rows with a declared "
+               "acceptance)") if math.isfinite(self.acceptance) else ""
+        families = len({f for f, *_ in self.table if f != "all"})
+        return (f"promise (L7, {self.rows:,} rows): a defect in any stratum holding >= {self.share:.0%} of the rows "
+                f"({families} covariates, 2..16 bins each) is detected with probability >= {self.power:g} when its "
+                f"PIT sup-distance >= {self.pit:.4f}{acc}")
+
+    def table_lines(self) -> list[str]:
+        rows = [f"  {'covariate':10s} {'bins':>4s} {'level/bin':>9s} {'PIT MDD':>8s} {'acc MDD':>8s}"]
+        for family, bins, level, pit, accm in self.table:
+            rows.append(f"  {family:10s} {bins:4d} {level:9.2g} {pit:8.4f} {accm:8.4f}")
+        return rows
+
+
+def promise_of(results: list[TestResult], power: float) -> Promise | None:
+    """The promise of a report's law-layer strata tests (``speccheck.validation.law``: each
+    carries the largest MDD over its bins holding >= the stated share of the rows, at its per-bin
+    level); None when the layer did not run."""
+    strata = [r for r in results if r.layer == "L7" and r.kind == "stat" and "mdd_at_share" in r.extra
+              and "bin_level" in r.extra]
+    if not strata:
+        return None
+    table: dict[tuple, list] = {}
+    for r in strata:
+        key = (str(r.extra["family"]), int(r.extra["bins"]))
+        row = table.setdefault(key, [float(r.extra["bin_level"]), math.nan, math.nan])
+        at_share = r.extra["mdd_at_share"]
+        row[1 if r.extra["kind"] == "pit" else 2] = math.nan if at_share is None else float(at_share)
+    rows = max((r.n for r in strata if r.extra["kind"] == "pit"), default=0)
+    declared = max((r.n for r in strata if r.extra["kind"] == "acceptance"), default=0)
+
+    def worst(kind: str) -> float:
+        values = [float(r.extra["mdd_at_share"]) for r in strata
+                  if r.extra["kind"] == kind and r.extra["mdd_at_share"] is not None]
+        finite = [v for v in values if math.isfinite(v)]
+        return max(finite) if finite else math.nan
+
+    return Promise(float(strata[0].extra["share"]), power, worst("pit"), worst("acceptance"), int(rows),
+                   int(declared), tuple((f, b, v[0], v[1], v[2]) for (f, b), v in table.items()))
+
+
 @dataclass
 class BatteryReport:
     """Everything a run produced; ``passed`` iff no test failed."""
@@ -243,6 +302,11 @@ class BatteryReport:
         frame["n"] = frame["n"].astype("int64")
         frame["passed"] = frame["passed"].astype(bool)
         return frame
+
+    @property
+    def promise(self) -> Promise | None:
+        """The law layer's power promise (:func:`promise_of`), None without that layer."""
+        return promise_of(self.results, self.power)
 
     def to_dict(self) -> dict:
         """Strict JSON (non-finite floats null, see :meth:`TestResult.as_dict`); :meth:`from_dict`

@@ -137,6 +137,7 @@ class Suite:
     path: str = ""
     continuous: ContinuousSpec | None = None
     sequence: SequenceSpec | None = None
+    law: dict | None = None  # layer 7: the parameters of speccheck.sampler.calls.CallLaw but Ks (plain JSON)
 
 
 def _builtin_dir() -> Path:
@@ -179,7 +180,7 @@ MAX_DELTA = 40.0
 
 _KEYS = {
     "": {"name", "description", "seed", "family_alpha", "power", "scalar", "contract", "wrapper", "trajectory",
-         "continuous", "sequence"},
+         "continuous", "sequence", "law"},
     "scalar": {"deltas", "K", "n", "chunk", "tail_q", "extra"},
     "scalar.extra": {"delta", "K", "n"},
     "contract": {"n"},
@@ -187,6 +188,8 @@ _KEYS = {
     "trajectory": {"enabled", "n_traj", "K", "L", "d"},
     "continuous": {"K", "edges", "n", "zero_atom", "declared_deltas", "declared_rows", "chunk", "refine",
                    "confirm_n"},
+    "law": {"rows", "K", "max_batch", "octave_tilt", "edge_share", "delta_lo", "delta_hi", "zero_share", "epoch",
+            "fresh_share", "states_share", "float32_share", "points", "probe_rows"},
     "sequence": {"K", "calls", "max_batch", "k1_share", "anchors", "delta_lo", "delta_hi", "small_delta", "replay",
                  "small_calls", "small_anchors"},
 }
@@ -224,7 +227,7 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
     """Validate a suite's TOML table (LoadError, a ValueError, naming the bad key): only known keys,
     values inside the verifier contract's domain and the suite bounds (:data:`BOUNDS`)."""
     _check_keys(data, "")
-    for section in ("scalar", "contract", "wrapper", "trajectory", "continuous", "sequence"):
+    for section in ("scalar", "contract", "wrapper", "trajectory", "continuous", "sequence", "law"):
         if section in data:
             _check_keys(data[section], section)
     check_types(data)
@@ -279,14 +282,44 @@ def parse_suite(data: dict, name: str = "suite", path: str = "") -> Suite:
     contract_n = _pos_int(data.get("contract", {}), "n", "contract", 256)
     continuous = _parse_continuous(data["continuous"]) if "continuous" in data else None
     sequence = _parse_sequence(data["sequence"]) if "sequence" in data else None
+    law = _parse_law(data["law"]) if "law" in data else None
     suite = Suite(str(data.get("name", name)), seed, alpha, power, scalar, contract_n, wrapper, traj,
-                  str(data.get("description", "")), path, continuous, sequence)
+                  str(data.get("description", "")), path, continuous, sequence, law)
     check_bounds(data)
     try:
         check_cost(suite)
     except ValueError as exc:
         raise LoadError(str(exc)) from None
     return suite
+
+
+def _parse_law(t: dict) -> dict:
+    """The [law] section (layer 7, :mod:`speccheck.sampler.calls`): rows, K and the law's shares."""
+    Ks = t.get("K", [])
+    if not Ks or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K for k in Ks):
+        raise LoadError(f"suite [law] K must be a non-empty list of integers in [1, {MAX_K}], got {Ks!r}")
+    law = {"rows": _pos_int(t, "rows", "law"), "Ks": sorted(set(Ks))}
+    for key in ("max_batch", "epoch", "points"):
+        if key in t:
+            law[key] = _pos_int(t, key, "law")
+    if "probe_rows" in t:
+        v = t["probe_rows"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise LoadError(f"suite [law] probe_rows must be an integer >= 0, got probe_rows={v!r}")
+        law["probe_rows"] = v
+    for key in ("octave_tilt", "edge_share", "zero_share", "fresh_share", "states_share", "float32_share"):
+        if key in t:
+            v = t[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= (4 if key == "octave_tilt"
+                                                                                      else 1):
+                raise LoadError(f"suite [law] {key} must be a number in [0, {4 if key == 'octave_tilt' else 1}], "
+                                f"got {key}={v!r}")
+            law[key] = float(v)
+    lo, hi = float(t.get("delta_lo", 1e-4)), float(t.get("delta_hi", MAX_DELTA))
+    if not 0 < lo < hi <= MAX_DELTA:
+        raise LoadError(f"suite [law] needs 0 < delta_lo < delta_hi <= {MAX_DELTA:g}, got {lo!r}, {hi!r}")
+    law.update(delta_lo=lo, delta_hi=hi)
+    return law
 
 
 def _parse_sequence(t: dict) -> SequenceSpec:
@@ -394,6 +427,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
     ("continuous", "declared_rows"): (1, 2**20),
     ("sequence", "calls"): (1, 10**6), ("sequence", "max_batch"): (1, 2**16), ("sequence", "small_calls"): (0, 10**6),
     ("sequence", "replay"): (0, 10**6),
+    ("law", "rows"): (1, 2**28), ("law", "max_batch"): (1, 2**20), ("law", "epoch"): (1, 10**6),
+    ("law", "points"): (1, 4096), ("law", "probe_rows"): (0, 2**24),
 }
 #: the longest list a field may hold (a grid of 100 000 deltas would run for hours)
 MAX_LIST = {"deltas": 256, "K": 128, "dims": 64, "edges": 257, "anchors": 1024, "small_anchors": 1024, "extra": 256}
@@ -521,6 +556,12 @@ def suite_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:
         layers.append(("sequence", rows))
         calls += s.calls + s.small_calls + s.replay
         peak = max(peak, rows * _ROW_BYTES)
+    if suite.law is not None:
+        rows = _scaled(int(suite.law["rows"]), scale, 1024)
+        batch = int(suite.law.get("max_batch", 100_000))
+        layers.append(("law", rows))
+        calls += rows // 256 + 1  # the law's mean batch is a few hundred rows (speccheck.sampler.calls)
+        peak = max(peak, (rows + batch) * _ROW_BYTES + batch * max(suite.law["Ks"]) * 8 * 3)
     if suite.trajectory is not None:
         t = suite.trajectory
         n = _scaled(int(t.get("n_traj", 300)), scale, 20)
@@ -551,6 +592,8 @@ def check_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:
         counted.append(("continuous", "n", suite.continuous.n))
     if suite.trajectory is not None:
         counted.append(("trajectory", "n_traj", int(suite.trajectory.get("n_traj", 300))))
+    if suite.law is not None:
+        counted.append(("law", "rows", int(suite.law["rows"])))
     for section, key, n in counted:
         high = BOUNDS[(section, key)][1]
         if _scaled(n, scale) > high:

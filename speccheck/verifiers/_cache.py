@@ -20,9 +20,15 @@ import numpy as np
 FORMAT = "speccheck-cache-v2"
 
 
+#: the cache folder when set (a string; "" = off), before $SPECCHECK_CACHE_DIR: the battery's law
+#: layer passes the user's setting this way, so the process under test has no SPECCHECK_* variable
+ROOT: str | None = None
+
+
 def cache_file(name: str) -> Path | None:
     """Path of ``name`` in the cache folder, or None when caching is off."""
-    root = os.environ.get("SPECCHECK_CACHE_DIR", str(Path.home() / ".cache" / "speccheck"))
+    root = ROOT if ROOT is not None else os.environ.get("SPECCHECK_CACHE_DIR",
+                                                        str(Path.home() / ".cache" / "speccheck"))
     return Path(root) / name if root else None
 
 

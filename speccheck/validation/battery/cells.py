@@ -15,7 +15,7 @@ from scipy import stats as sstats
 from speccheck.errors import DeviceError, InputError
 from speccheck.seeding import generator as make_generator
 from speccheck.seeding import one_thread, pinned_global_rngs, unit_seed
-from speccheck.validation import continuous, device_stats, sequence
+from speccheck.validation import continuous, device_stats, law, sequence
 from speccheck.validation.battery.plan import _Plan, _plan_of
 from speccheck.validation.contract import (
     call_verify,
@@ -319,7 +319,7 @@ def _judge_trajectory(raw: dict) -> list[TestResult]:
 
 
 # ------------------------------------------------------------------------- one cell
-STAT_LAYERS = ("L1", "L3", "L4", "L5", "L6")  # the layers whose cells send raw outputs to be judged
+STAT_LAYERS = ("L1", "L3", "L4", "L5", "L6", "L7")  # the layers whose cells send raw outputs to be judged
 
 
 def draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, base: int, device: torch.device,
@@ -354,6 +354,8 @@ def _draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, b
         if raw is None and not contract:
             contract = [_unsupported(sequence.CELL, plan["sequence_Ks"], "L6")]
         return contract, raw
+    if layer == "L7":
+        return draw_law_cell(verifier, plan, base=base, device=device)
     if layer == "L5":
         K = int(cell[1])
         if not supports(verifier, K):
@@ -363,7 +365,18 @@ def _draw_cell(verifier: Any, suite: Suite, cell: tuple, *, plan: dict | None, b
         return continuous.draw_k(verifier, spec, K, n, n_shared, device, unit_seed(base, 5, K),
                                  bool(plan["has_acceptance"]))
     raise InputError(f"unknown battery cell {cell!r}; cells are ('L0',), ('L4',), ('L1', label), ('L5', K), ('L6',), "
-                     "('L3', dim)")
+                     "('L3', dim), ('L7',)")
+
+
+def draw_law_cell(verifier: Any, plan: dict, *, base: int, device: torch.device) -> tuple[list, dict]:
+    """The law layer's cell: ``([], raw)`` from :func:`speccheck.sampler.calls.draw_law`, the
+    contract counts inside ``raw`` (:func:`judge_cell` turns them into results). The isolated path
+    draws it in a process that imports nothing of ``speccheck.validation``
+    (:func:`speccheck.scale.units.battery_law`), with the same outputs."""
+    from speccheck.sampler.calls import draw_law
+
+    return [], draw_law(verifier, plan["law"], seed=unit_seed(base, 7), device=device,
+                        has_acceptance=bool(plan["has_acceptance"]))
 
 
 def _unsupported(cell: str, Ks: list, layer: str) -> TestResult:
@@ -386,6 +399,12 @@ def judge_cell(suite: Suite, cell: tuple, contract: list[TestResult], raw: dict 
     from speccheck.errors import FileFormatError
 
     layer = cell[0]
+    if layer == "L7" and raw is not None:  # the law's contract counts travel with its raw outputs
+        try:
+            checks, raw = law.outcome(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FileFormatError(f"battery cell {cell!r}: malformed contract counts ({exc}); no verdict") from None
+        contract = list(contract) + checks
     if raw is None:
         if layer in STAT_LAYERS and all(r.passed for r in contract):
             raise FileFormatError(f"battery cell {cell!r}: no raw outputs and no contract failure to say why; "
@@ -417,6 +436,8 @@ def _judge(suite: Suite, cell: tuple, raw: dict, *, plan: dict | None, base: int
     if layer == "L6":
         return sequence.judge_layer(raw, sequence.scaled_spec(suite.sequence, scale), alpha=alpha_t,
                                     power=suite.power, base=base)
+    if layer == "L7":
+        return law.judge_layer(raw, alpha=alpha_t, power=suite.power, seed=unit_seed(base, 7, "pairs"))
     if layer == "L5":
         n, n_shared = _continuous_sizes(suite.continuous, scale, has_acc)
         return continuous.judge_k(raw, suite.continuous, int(cell[1]), n, n_shared, alpha_t, suite.power, has_acc)

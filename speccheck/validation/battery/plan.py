@@ -15,7 +15,7 @@ import torch
 
 from speccheck.errors import DeviceError, InputError, LoadError
 from speccheck.theory.validate import MAX_K
-from speccheck.validation import continuous, sequence
+from speccheck.validation import continuous, law, sequence
 from speccheck.validation.contract import supports
 from speccheck.validation.results import LAYERS, TestResult
 from speccheck.validation.suites import Suite, load_suite
@@ -141,6 +141,7 @@ class _Plan:
     n_stat: int
     skipped_K: list[int]
     sequence_Ks: list[int]
+    law: dict | None = None  # layer 7's CallLaw (plain JSON: rows scaled, K the rule supports)
 
 
 def _grid_cells(v: Any, st: Suite, Ks: list[int] | None, scale: float) -> tuple[list, list[int]]:
@@ -175,7 +176,19 @@ def _plan(v: Any, st: Suite, traj_tests: int = 0, *, layers: list[str] | None = 
     n += continuous.planned_tests(st.continuous, cont_Ks, has_acc) if cont_Ks else 0
     n += 4 * len(dims) + traj_tests
     n += sequence.planned_tests(st.sequence, has_acc) if seq_Ks else 0
-    return _Plan(layers, cells, cont_Ks, dims, has_acc, n, sorted(skipped), seq_Ks)
+    law_plan = _law_plan(v, st, Ks, scale) if "L7" in layers else None
+    n += law.planned_tests(has_acc) if law_plan else 0
+    return _Plan(layers, cells, cont_Ks, dims, has_acc, n, sorted(skipped), seq_Ks, law_plan)
+
+
+def _law_plan(v: Any, st: Suite, Ks: list[int] | None, scale: float) -> dict | None:
+    """Layer 7's law for this rule: the suite's [law] with K the rule supports, rows times ``scale``."""
+    if st.law is None:
+        return None
+    chosen = [K for K in st.law["Ks"] if (Ks is None or K in Ks) and supports(v, K)]
+    if not chosen:
+        return None
+    return {**st.law, "Ks": chosen, "rows": continuous.scaled(int(st.law["rows"]), scale, 1024)}
 
 
 def planned_tests(verifier: Any, suite: str | Suite = "gate", *, layers: Any = None, Ks: Any = None,
@@ -197,7 +210,8 @@ def plan_battery(verifier: Any, suite: Suite, *, layers: list[str], Ks: list[int
            "grid_cells": [[float(d), int(K), int(n), str(label)] for d, K, n, label in plan.grid_cells],
            "continuous_Ks": [int(K) for K in plan.continuous_Ks], "wrapper_dims": [int(d) for d in plan.wrapper_dims],
            "has_acceptance": bool(plan.has_acceptance), "n_stat": int(plan.n_stat),
-           "skipped_K": [int(K) for K in plan.skipped_K], "sequence_Ks": [int(K) for K in plan.sequence_Ks]}
+           "skipped_K": [int(K) for K in plan.skipped_K], "sequence_Ks": [int(K) for K in plan.sequence_Ks],
+           "law": plan.law}
     if Ks is not None and not set(Ks) & _Ks_run(out):  # check_evidence refuses it, naming what the rule takes
         out["supported_K"] = [K for K in range(1, MAX_K + 1) if supports(verifier, K)]
     return out
@@ -224,7 +238,7 @@ def _plan_of(plan: dict) -> _Plan:
     grid = [(float(d), int(K), int(n), str(label)) for d, K, n, label in plan["grid_cells"]]
     return _Plan(list(plan["layers"]), grid,
                  list(plan["continuous_Ks"]), list(plan["wrapper_dims"]), bool(plan["has_acceptance"]),
-                 int(plan["n_stat"]), list(plan["skipped_K"]), list(plan.get("sequence_Ks", [])))
+                 int(plan["n_stat"]), list(plan["skipped_K"]), list(plan.get("sequence_Ks", [])), plan.get("law"))
 
 
 SAMPLER_RULE_NOTE = "sampler mutant: only layers 0 and 4 were run (the others do not involve the sampler)"
@@ -235,7 +249,8 @@ def suite_for(verifier: Any, suite: Suite) -> tuple[Suite, list[str]]:
     (``sampler_factory``, the sampler mutants) only where the sampler is involved, layers 0 and 4."""
     if getattr(verifier, "sampler_factory", None) is None:
         return suite, []
-    return dataclasses.replace(suite, scalar=None, wrapper=None, continuous=None, sequence=None), [SAMPLER_RULE_NOTE]
+    return (dataclasses.replace(suite, scalar=None, wrapper=None, continuous=None, sequence=None, law=None),
+            [SAMPLER_RULE_NOTE])
 
 
 def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:
@@ -248,9 +263,10 @@ def first_cells(suite: Suite, layers: list[str]) -> list[tuple]:
 def battery_cells(plan: dict) -> list[tuple]:
     """The plan's other cells, in report order: ``("L1", grid-cell label)`` (layers 1-2 share
     their draws), ``("L5", K)`` (the continuous layer at one K), ``("L3", dim)`` (the wrapper),
-    ``("L6",)`` (the sequence layer: one instance through all its calls)."""
+    ``("L6",)`` (the sequence layer: one instance through all its calls), ``("L7",)`` (the law of calls)."""
     return ([("L1", label) for _, _, _, label in plan["grid_cells"]] + [("L5", K) for K in plan["continuous_Ks"]]
-            + [("L3", d) for d in plan["wrapper_dims"]] + ([("L6",)] if plan.get("sequence_Ks") else []))
+            + [("L3", d) for d in plan["wrapper_dims"]] + ([("L6",)] if plan.get("sequence_Ks") else [])
+            + ([("L7",)] if plan.get("law") else []))
 
 
 def per_test_alpha(plan: dict, trajectory: list[TestResult], alpha: float) -> float:

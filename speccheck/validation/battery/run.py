@@ -45,8 +45,8 @@ def _beat(heartbeat: Callable[[str], None] | None, progress: bool, t0: float) ->
 
 
 def _cell_label(cell: tuple) -> str:
-    return {"L0": "L0 contract", "L4": "L4 trajectory", "L6": "L6 sequence", "L5": f"L5 continuous K={cell[-1]}",
-            "L3": f"L3 d={cell[-1]}"}.get(cell[0], f"{cell[0]} {cell[-1]}")
+    return {"L0": "L0 contract", "L4": "L4 trajectory", "L6": "L6 sequence", "L7": "L7 law",
+            "L5": f"L5 continuous K={cell[-1]}", "L3": f"L3 d={cell[-1]}"}.get(cell[0], f"{cell[0]} {cell[-1]}")
 
 
 def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cpu", seed: int | None = None,
