@@ -286,7 +286,7 @@ def test_power_benchmark_core_runs_and_writes(tmp_path):
     recs = {r["group"]: r for r in res["records"]}
     assert recs["control"]["verdict"] == "exact"
     assert recs["residual"]["caught"] and recs["residual"]["ratio"] > 2
-    assert res["mdds"]["rmc"][2].startswith("median per-cell MDDs")
+    assert res["mdds"]["rmc"][2] == "the report's power promise"  # smoke has the law layer (L7) and its promise
     assert any(c["group"] == "residual" and c["met"] for c in res["criterion"])
     text = bp.format_report(res)
     assert "exact controls: 1/1 passed" in text

@@ -51,8 +51,9 @@ def test_cost_grows_with_the_scale_and_a_scale_beyond_the_bounds_is_refused():
     for scale in (1e308, float("inf"), float("nan"), 0.0, -1.0, MAX_SCALE * 10, True):
         with pytest.raises(InputError, match="scale"):
             check_cost(gate, scale)
-    with pytest.raises(InputError, match=r"\[scalar\] n = 131072 times scale 5000"):
-        check_cost(gate, 5000.0)  # 131072 * 5000 draws per cell: beyond [scalar] n's bound
+    scale = 2.0 * BOUNDS[("scalar", "n")][1] / gate.scalar.n  # the grid's draws per cell beyond [scalar] n's bound
+    with pytest.raises(InputError, match=rf"\[scalar\] n = {gate.scalar.n} times scale {scale:g}"):
+        check_cost(gate, scale)
     assert BOUNDS[("scalar", "n")][1] >= load_suite("full").scalar.n * 4
 
 
