@@ -10,7 +10,7 @@ A :class:`Defect` is a frozen record: its family (what goes wrong), its :class:`
 a predicate on what a verifier sees in one call), its size ``eps`` and its :class:`Effect` (what
 it does within the stratum: the PIT sup-distance of s_out's law and the acceptance shift, by a
 Monte Carlo at a fixed seed with its error stated, or exactly where the law is closed-form, and
-the stratum's share of rows under a :class:`CallLaw`). :func:`draw_defect` draws one from a numpy
+the stratum's share of rows under a :class:`CallSpace`). :func:`draw_defect` draws one from a numpy
 Generator and sizes ``eps`` so that its effect is ``ratio`` times the given MDDs;
 :class:`DefectiveRule` is the wrapped rule (picklable; everything is deterministic given the
 seed). Families (:data:`FAMILIES`, grouped by :data:`GROUPS`):
@@ -97,9 +97,10 @@ _SIGNED = ("levels-selection", "levels-residual", "levels-both", "residual-shift
 
 # ------------------------------------------------------------------------------- call law
 @dataclass(frozen=True)
-class CallLaw:
-    """The law of calls a stratum's share of rows is computed under (the battery's own law of
-    calls when it publishes one; these defaults follow issue 39's call space).
+class CallSpace:
+    """The model of the call space a stratum's share of rows is computed under: a closed-form
+    stand-in for the battery's law of calls (:class:`speccheck.sampler.calls.CallLaw`, layer L7),
+    whose defaults follow the contract's call space.
 
     delta: an atom at 0 with probability ``p_zero``, else log-uniform on [``delta_lo``,
     ``delta_hi``]; K uniform on ``Ks`` (redrawn at a call with probability ``k_redraw``, else the
@@ -230,7 +231,7 @@ class Stratum:
         return ", ".join(parts)
 
 
-def call_share(stratum: Stratum, law: CallLaw, *, seed: int = 0, instances: int = 64) -> float:
+def call_share(stratum: Stratum, law: CallSpace, *, seed: int = 0, instances: int = 64) -> float:
     """Share of the rows (of ``verify``) that the call law sends into ``stratum``, the delta and
     K windows included: a Monte Carlo over ``instances`` simulated instances (fixed seed),
     exact in the delta window (its law's mass)."""
@@ -686,7 +687,7 @@ def _acc_error(diff: np.ndarray) -> float:
     return 2.576 * float(diff.std()) / math.sqrt(diff.size) + 1.0 / diff.size
 
 
-def _stratum_rows(law: CallLaw, stratum: Stratum, base: Any, n: int, m_nodes: int = 24
+def _stratum_rows(law: CallSpace, stratum: Stratum, base: Any, n: int, m_nodes: int = 24
                   ) -> list[tuple[int, np.ndarray]]:
     """[(K, deltas)]: ``n`` rows of the stratum's (delta, K) law, split evenly over at most
     :data:`EFFECT_KS` of its K (spread over them), deltas on ``m_nodes`` quantile nodes (few
@@ -711,7 +712,7 @@ def _supports(base: Any, K: int) -> bool:
 _EXACT_CACHE: dict = {}
 
 
-def _exact_runs(base: Any, stratum: Stratum, law: CallLaw, n: int, seed: int, pairs: bool) -> list:
+def _exact_runs(base: Any, stratum: Stratum, law: CallSpace, n: int, seed: int, pairs: bool) -> list:
     """[(K, delta, s, exact output, generator state after it)] of the stratum's rows: the exact
     base's runs that every size tried by the bisection shares (cached for the last stratum)."""
     key = (id(base), stratum, law, n, seed, pairs)
@@ -731,7 +732,7 @@ def _exact_runs(base: Any, stratum: Stratum, law: CallLaw, n: int, seed: int, pa
     return runs
 
 
-def measure_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: Stratum, law: CallLaw, *, n: int,
+def measure_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: Stratum, law: CallSpace, *, n: int,
                    seed: int) -> tuple[float, float, float, float, int]:
     """(pit, pit_error, acc, acc_error, rows) of ``mechanism`` applied to every row of the
     stratum's (delta, K) law: common random numbers (the exact base and the defect on the same
@@ -762,7 +763,7 @@ def measure_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: St
     return pit, 2 * dkw_threshold(ue.size, 0.01), acc, _acc_error(ad), int(ad.size)
 
 
-def _declared_shift(base: Any, eps: float, sign: int, stratum: Stratum, law: CallLaw) -> float:
+def _declared_shift(base: Any, eps: float, sign: int, stratum: Stratum, law: CallSpace) -> float:
     """Mean |declared - true| over the stratum's (delta, K) law: exact (quadrature nodes)."""
     if not callable(getattr(base, "acceptance", None)):
         raise InputError("the declared family needs a base rule with acceptance()")
@@ -775,7 +776,7 @@ def _declared_shift(base: Any, eps: float, sign: int, stratum: Stratum, law: Cal
     return total / count
 
 
-def _states_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: Stratum, law: CallLaw, *, n: int,
+def _states_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: Stratum, law: CallSpace, *, n: int,
                    seed: int) -> tuple[float, float, float, float, int]:
     from scipy import stats
 
@@ -826,7 +827,7 @@ def _ratio(pit: float, acc: float, mdd_pit: float, mdd_acc: float) -> float:
 
 
 # ------------------------------------------------------------------------------- drawing
-def _draw_stratum(family: str, rng: np.random.Generator, law: CallLaw, Ks: tuple[int, ...], min_share: float,
+def _draw_stratum(family: str, rng: np.random.Generator, law: CallSpace, Ks: tuple[int, ...], min_share: float,
                   share_seed: int) -> tuple[Stratum, float]:
     """A random stratum for ``family`` whose share of rows is >= ``min_share`` (rejection,
     bounded: after 200 tries the delta and K windows are dropped)."""
@@ -872,7 +873,7 @@ def _draw_stratum(family: str, rng: np.random.Generator, law: CallLaw, Ks: tuple
 
 
 def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: float, mdd_acc: float,
-                family: Optional[str] = None, group: Optional[str] = None, law: Optional[CallLaw] = None,
+                family: Optional[str] = None, group: Optional[str] = None, law: Optional[CallSpace] = None,
                 min_share: float = 0.05, n_effect: int = 1 << 15, tries: int = 3) -> Defect:
     """Draw one defect of the rule ``base`` (a name or ``"module:attr"``; an object works
     in-process, but its token then needs ``base`` at load) from ``rng``, sized so that its effect
@@ -890,7 +891,7 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
             raise InputError(f"{label} must be in (0, 1], got {label}={v!r}")
     if not 0 < min_share <= 1:
         raise InputError(f"min_share must be in (0, 1], got min_share={min_share!r}")
-    law = law or CallLaw()
+    law = law or CallSpace()
     rule = _load_base(base)
     spec = base if isinstance(base, str) else getattr(rule, "name", type(rule).__name__)
     has_acc = callable(getattr(rule, "acceptance", None))
@@ -992,6 +993,6 @@ def wrap(defect: Defect, base: Any = None) -> DefectiveRule:
     return DefectiveRule(defect, base)
 
 
-__all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "CallLaw", "Defect", "DefectiveRule", "Effect",
+__all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "CallSpace", "Defect", "DefectiveRule", "Effect",
            "Stratum", "apply_mechanism", "call_share", "decode_token", "draw_control", "draw_defect", "from_token",
            "measure_effect", "states_mechanism", "wrap"]

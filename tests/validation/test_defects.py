@@ -146,7 +146,7 @@ def test_shared_randomness_reuses_one_stream_per_pair():
 
 
 def test_call_share_of_simple_strata():
-    law = D.CallLaw()
+    law = D.CallSpace()
     assert D.call_share(D.Stratum(), law) == pytest.approx(1.0)
     assert D.call_share(D.Stratum(delta_lo=1.0, delta_hi=10.0), law) == pytest.approx(law.delta_mass(1.0, 10.0))
     assert law.delta_mass(0.0, math.inf) == pytest.approx(1.0)
@@ -158,7 +158,7 @@ def test_call_share_of_simple_strata():
 def test_stated_acceptance_shift_is_the_closed_form_and_what_the_rule_does():
     """accept-extra at eps shifts the acceptance by eps (1 - a(delta, K)) exactly: the generator's
     Monte Carlo agrees within its stated error, and so does a direct run of the wrapped rule."""
-    law = D.CallLaw()
+    law = D.CallSpace()
     st = D.Stratum(delta_lo=0.5, delta_hi=3.0, Ks=(2, 3))
     base = get("dgrs")
     eps = 0.4
@@ -179,7 +179,7 @@ def test_stated_acceptance_shift_is_the_closed_form_and_what_the_rule_does():
 def test_stated_pit_distance_is_what_the_rule_does():
     """A residual shift on rmc: the one-sample KS distance of the wrapped rule's PIT values in the
     stratum matches the stated effect within the DKW band at 1e-6 plus the stated error."""
-    law = D.CallLaw(Ks=(1,))
+    law = D.CallSpace(Ks=(1,))
     d = D.draw_defect("rmc", np.random.default_rng(2), ratio=2.0, mdd_pit=0.1, mdd_acc=0.1, family="residual-shift",
                       law=law, n_effect=1 << 15)
     st, eff = d.stratum, d.effect
