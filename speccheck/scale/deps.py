@@ -79,16 +79,10 @@ def _top_files(top: str) -> list[str]:
 def verifier_source_files(spec: str) -> list[str]:
     """The source files behind verifier ``spec`` (a built-in name, ``package.module:attr`` or an
     entry-point name), found without importing it; [] when none is found."""
-    from speccheck.verifiers.registry import BUILTIN, _entry_points
+    from speccheck.verifiers.registry import source_module
 
-    if spec in BUILTIN:
-        return _top_files("speccheck")
-    target = spec
-    if ":" not in spec:
-        ep = _entry_points().get(spec)
-        target = ep.value if ep is not None else spec
-    top = target.partition(":")[0].split(".")[0]
-    return _top_files(top) if top.isidentifier() else []
+    top = source_module(spec)
+    return _top_files(top) if top else []
 
 
 def _hash_files(files: Iterable[str], h: "hashlib._Hash") -> None:

@@ -144,6 +144,20 @@ def check_spec(spec: str) -> None:
         raise LoadError(f"unknown verifier {spec!r}; available: {', '.join(names)} (or 'package.module:attr')")
 
 
+def source_module(spec: str) -> str:
+    """The top-level module whose source is verifier ``spec``, found without importing it:
+    "speccheck" for a built-in name, the first component of a ``package.module:attr`` path or of
+    an entry point's value; "" when ``spec`` names neither."""
+    if spec in BUILTIN:
+        return "speccheck"
+    target = spec
+    if ":" not in spec:
+        ep = _entry_points().get(spec)
+        target = ep.value if ep is not None else spec
+    top = target.partition(":")[0].split(".")[0]
+    return top if top.isidentifier() else ""
+
+
 def _describe(obj) -> str:
     desc = getattr(obj, "description", None)
     if isinstance(desc, str) and desc:
