@@ -48,6 +48,7 @@ from scipy import special
 
 from speccheck.validation.contract import contract_result
 from speccheck.validation.results import Promise, TestResult, promise_of
+from speccheck.validation.stats import dkw_pvalue_array
 
 __all__ = ["CELL", "LAYER", "RESOLUTIONS", "SHARE", "PairResult", "Promise", "ScoreResult", "StrataAcceptance",
            "StrataKS", "bernstein_pvalue", "contract_results", "covariates", "judge_layer", "outcome", "pair_test",
@@ -168,11 +169,6 @@ class PairResult:
     statistic: float
     p: float
     n: int
-
-
-def dkw_pvalue_array(n: np.ndarray, D: np.ndarray) -> np.ndarray:
-    """DKW-Massart p-values 2 exp(-2 n D^2), capped at 1 (valid for any n)."""
-    return np.minimum(1.0, 2.0 * np.exp(-2.0 * n * D * D))
 
 
 def strata_ks(u_sorted: np.ndarray, labels_sorted: np.ndarray, n_bins: int) -> StrataKS:

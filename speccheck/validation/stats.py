@@ -36,6 +36,11 @@ def dkw_pvalue(n: int, D: float) -> float:
     return float(min(1.0, 2.0 * math.exp(-2.0 * n * D * D)))
 
 
+def dkw_pvalue_array(n: np.ndarray, D: np.ndarray) -> np.ndarray:
+    """:func:`dkw_pvalue` elementwise: 2 exp(-2 n D^2), capped at 1 (valid for any n)."""
+    return np.minimum(1.0, 2.0 * np.exp(-2.0 * n * D * D))
+
+
 def ks_distance(x: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
     """sup_s |F_n(s) - F(s)| for a sample ``x`` (1-d) and a continuous null CDF."""
     x = np.sort(np.asarray(x, np.float64).ravel())
