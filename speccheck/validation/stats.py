@@ -18,7 +18,7 @@ import math
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import special, stats
 
 from speccheck.validation.results import TestResult
 
@@ -199,19 +199,19 @@ def _pooled(probs: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return values, np.bincount(where.ravel(), weights=counts, minlength=values.size)
 
 
-def chernoff_tail(k: float, probs: np.ndarray, counts: np.ndarray, upper: bool) -> float:
+def chernoff_tail(k: float, probs: np.ndarray, counts: np.ndarray, upper: bool, *, pooled: bool = False) -> float:
     """Valid bound on P(X >= k) (``upper``) or P(X <= k), X = sum of independent Bernoullis.
 
     Chernoff with the exact moment generating function: P(X >= k) <= min_{lam >= 0}
     exp(-lam k + sum_j c_j log(1 - p_j + p_j e^lam)) (lower tail: lam <= 0). Any lam gives a
     valid bound, so an approximate minimiser only costs a little power. Rows with p_j in {0, 1}
-    are exact: they shift k.
+    are exact: they shift k. ``pooled``: the p_j are distinct already (no pooling pass).
     """
     probs = np.clip(np.asarray(probs, np.float64), 0.0, 1.0)
     counts = np.asarray(counts, np.float64)
     sure = float(np.dot(counts, probs >= 1.0))
     free = (probs > 0.0) & (probs < 1.0)
-    probs, counts = _pooled(probs[free], counts[free])
+    probs, counts = (probs[free], counts[free]) if pooled else _pooled(probs[free], counts[free])
     k = k - sure
     total = float(counts.sum())
     mean = float(np.dot(counts, probs))
@@ -231,8 +231,37 @@ def chernoff_tail(k: float, probs: np.ndarray, counts: np.ndarray, upper: bool) 
     def exponent(lam: float) -> float:
         return -sign * lam * k + _log_mgf(sign * lam, probs, counts)
 
-    best = optimize.minimize_scalar(exponent, bounds=(0.0, 60.0), method="bounded", options={"xatol": 1e-6})
-    return float(min(1.0, math.exp(min(0.0, float(best.fun), exponent(60.0)))))
+    return float(min(1.0, math.exp(min(0.0, exponent(_chernoff_lambda(k, probs, counts, sign)), exponent(60.0)))))
+
+
+def _chernoff_lambda(k: float, probs: np.ndarray, counts: np.ndarray, sign: float) -> float:
+    """The minimiser over lam in [0, 60] of the Chernoff exponent of :func:`chernoff_tail`.
+
+    With t = sign * lam the exponent's derivative is sign * (M(t) - k), M(t) = sum_j c_j q_j(t),
+    q_j(t) = p_j e^t / (1 - p_j + p_j e^t) (increasing in t), so the minimiser solves M(t) = k:
+    safeguarded Newton (M'(t) = sum_j c_j q_j (1 - q_j)) inside a bracket that bisection keeps.
+    Any lam gives a valid bound; this one is the minimiser to ~1e-10 in a few vectorised steps
+    (a bounded scalar search costs ~25 evaluations per tail)."""
+
+    def tilted(t: float) -> np.ndarray:
+        return probs * math.exp(t) / (1.0 + probs * math.expm1(t))
+
+    if sign * (float(np.dot(counts, tilted(60.0 * sign))) - k) <= 0:
+        return 60.0  # no root inside: the exponent decreases all the way to the bound
+    lo, hi = (0.0, 60.0) if sign > 0 else (-60.0, 0.0)  # a bracket of the root in t
+    t = 0.0
+    for _ in range(200):
+        q = tilted(t)
+        g = float(np.dot(counts, q)) - k
+        lo, hi = (t, hi) if g < 0 else (lo, t)
+        slope = float(np.dot(counts, q * (1.0 - q)))
+        step = t - g / slope if slope > 0 else math.nan
+        t_new = step if lo < step < hi else 0.5 * (lo + hi)
+        done = abs(t_new - t) <= 1e-10 * max(1.0, abs(t)) or hi - lo <= 1e-12
+        t = t_new
+        if done:
+            break
+    return abs(t)
 
 
 def _critical_count(probs: np.ndarray, counts: np.ndarray, level: float, upper: bool) -> float:
@@ -241,11 +270,11 @@ def _critical_count(probs: np.ndarray, counts: np.ndarray, level: float, upper: 
     total = float(np.sum(counts))
     lo, hi = (math.ceil(mean), total) if upper else (0.0, math.floor(mean))
     edge = hi if upper else lo
-    if chernoff_tail(edge, probs, counts, upper) > level:
+    if chernoff_tail(edge, probs, counts, upper, pooled=True) > level:
         return math.inf if upper else -math.inf
     while hi - lo > 1:  # bisection on the integer count
         mid = math.floor(0.5 * (lo + hi))
-        rejected = chernoff_tail(mid, probs, counts, upper) <= level
+        rejected = chernoff_tail(mid, probs, counts, upper, pooled=True) <= level
         if upper:
             lo, hi = (lo, mid) if rejected else (mid, hi)
         else:
@@ -261,7 +290,7 @@ def _shift_power(probs: np.ndarray, counts: np.ndarray, crit: float, power: floa
 
     def miss(eps: float) -> float:  # P(count does not reach crit) under p + eps, bounded
         shifted = np.clip(probs + (eps if upper else -eps), 0.0, 1.0)
-        return chernoff_tail(crit - 1 if upper else crit + 1, shifted, counts, upper=not upper)
+        return chernoff_tail(crit - 1 if upper else crit + 1, shifted, counts, upper=not upper, pooled=True)
 
     if miss(1.0) > 1.0 - power:
         return math.inf
