@@ -12,6 +12,7 @@ verifier instance, each seeded from its identity) and judges them with the same
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 from speccheck import errors
@@ -45,7 +46,7 @@ def _options(layers: Any, Ks: Any, scale: float) -> dict:
 def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any = None, scale: float = 1.0,
             seed: Optional[int] = None, device: str = "cpu", workers: int = 1, scheduler: Optional[str] = None,
             isolate: bool = True, timeout: float = DEFAULT_CELL_TIMEOUT_S, store: Optional[str] = None,
-            progress: bool = False, threads: Optional[int] = 1) -> BatteryOutcome:
+            progress: bool = False, threads: Optional[int] = 1, budget: Optional[float] = None) -> BatteryOutcome:
     """Run the battery's ``suite`` (smoke / gate / full or a .toml path) on ``verifier`` and judge it.
 
     ``verifier``: a registered name or ``"package.module:attr"``; an object only with
@@ -58,6 +59,12 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
     ``threads``: torch (and BLAS) CPU threads while a verifier *object* runs in this process, the
     caller's restored after (None: leave them as they are); a spec string's cells run as units of
     work, one thread each, wherever they run (a child process, this process, Dask workers).
+    ``budget``: seconds of wall time for the whole run instead of the suite's size: a pilot where
+    the cells run measures the rule's cost per call and per row, the suite's draws are scaled down
+    to fit (never below what each layer's tests need; :mod:`speccheck.validation.battery.budget`),
+    and the report notes the sizing and the time taken; its promise (law layer) is what the
+    budget afforded, and a budgeted run without one has no verdict. A budget too small for the
+    least useful run raises :class:`~speccheck.errors.InputError` naming it (after the pilot).
 
     Bad options raise :class:`~speccheck.errors.InputError` before anything runs; everything
     that happens once the run started is in the outcome: a defect, or no verdict with its reason
@@ -65,12 +72,17 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
     """
     from speccheck.seeding import check_threads, torch_threads
     from speccheck.validation import battery as bt
+    from speccheck.validation.battery.budget import check_budget
     from speccheck.validation.results import BatteryReport
     from speccheck.validation.suites import load_suite
 
+    started = time.perf_counter()
     seed = bt._check_seed(seed)
     check_threads(threads)
     options = _options(layers, Ks, scale)
+    budget = check_budget(budget)
+    if budget is not None and "scale" in options:
+        raise errors.InputError("budget and scale exclude each other: a budget sizes the run itself")
     load_suite(suite)  # an unknown or malformed suite is a bad option (LoadError)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < float("inf"):
         raise errors.InputError(f"timeout must be a finite number of seconds > 0, got timeout={timeout!r}")
@@ -85,14 +97,17 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
                                     "pass its spec string 'package.module:attr'")
         from speccheck.isolation import exits_guarded
 
+        plan = None
         try:  # sys.exit / os._exit from the object's code: no verdict, never the process's end
             with torch_threads(threads), \
                     exits_guarded(f"verifier {getattr(verifier, 'name', type(verifier).__name__)!r}"):
+                if budget is not None:
+                    plan = _budget_here(verifier, suite, budget, started, device=device, seed=seed, layers=layers)
                 report = bt.run_battery(verifier, suite, device=device, seed=seed, progress=progress,
-                                        **_run_kwargs(options))
+                                        sizes=plan.factors if plan else None, **_run_kwargs(options))
         except errors.IsolatedCodeError as exc:
             return no_verdict(str(exc))
-        return judge(report)
+        return _budgeted(judge(report), plan, started)
     from speccheck.scale import jobs
     from speccheck.scale.executors import ALL_MODULES, InProcessExecutor, IsolatedExecutor, make_executor
 
@@ -106,7 +121,12 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
                                     memory_fraction=None if str(device).startswith("cuda") else 0.8)
     else:
         executor = InProcessExecutor(progress=progress)
+    plan = None
     try:
+        if budget is not None:
+            plan = _budget_pilot(executor, verifier, suite, budget, started, device=device, seed=seed,
+                                 layers=layers, parallel=workers)
+            options["sizes"] = plan.factors
         data = jobs.battery_job(verifier, suite, device=device, seed=seed, options=options, executor=executor,
                                 store=store)
     except (errors.IsolatedCodeError, errors.DeviceError, errors.LoadError) as exc:
@@ -119,7 +139,69 @@ def battery(verifier: Any, suite: str = "gate", *, layers: Any = None, Ks: Any =
         report = BatteryReport.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return no_verdict(f"verifier {verifier!r}: the battery returned a malformed report ({exc})")
-    return judge(report)
+    return _budgeted(judge(report), plan, started)
+
+
+def _pilot_limit(budget: float) -> float:
+    """Seconds the pilot may use: 5% of the budget, between 0.2 s and 20 s."""
+    return min(20.0, max(0.2, 0.05 * budget))
+
+
+def _budget_here(verifier: Any, suite: str, budget: float, started: float, *, device: str, seed: Optional[int],
+                 layers: Any) -> Any:
+    """A verifier object's budget plan: the pilot in this process (no process start to pay for)."""
+    from speccheck.seeding import unit_seed
+    from speccheck.validation import battery as bt
+    from speccheck.validation.battery.budget import measure_cost, plan_budget
+    from speccheck.validation.suites import load_suite
+
+    st = load_suite(suite)
+    base = st.seed if seed is None else seed
+    cost = measure_cost(bt.fresh_verifier(bt.load_verifier(verifier)), st, device=bt.resolve_device(device),
+                        seed=unit_seed(base, "pilot"), limit_s=_pilot_limit(budget))
+    return plan_budget(st, cost, budget, spent_s=time.perf_counter() - started, layers=bt.resolve_layers(layers),
+                       round_s=0.5)
+
+
+def _budget_pilot(executor: Any, verifier: str, suite: str, budget: float, started: float, *, device: str,
+                  seed: Optional[int], layers: Any, parallel: int) -> Any:
+    """A spec string's budget plan: the pilot as a unit on ``executor`` (where the cells will run);
+    the wall time of its round beyond the pilot's own is the fixed cost of a round."""
+    from speccheck.scale import jobs
+    from speccheck.scale.units import Unit
+    from speccheck.validation import battery as bt
+    from speccheck.validation.battery.budget import RuleCost, plan_budget
+    from speccheck.validation.suites import load_suite
+
+    spec = jobs._battery_spec(suite, device, seed)
+    spec.update(verifier=str(verifier), pilot_s=_pilot_limit(budget))
+    unit = Unit("battery-cell", spec, (str(verifier), int(spec["seed"]), "pilot"), device=device,
+                fixed_seed=int(spec["seed"]))
+    got: dict = {}
+    t0 = time.perf_counter()
+    executor.run([unit], lambda u, outcome: got.update(outcome))
+    round_wall = time.perf_counter() - t0
+    try:
+        cost = RuleCost.from_dict(got["result"]["pilot"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise errors.FileFormatError(f"the budget pilot returned a malformed result ({exc})") from None
+    return plan_budget(load_suite(suite), cost, budget, spent_s=time.perf_counter() - started,
+                       layers=bt.resolve_layers(layers), parallel=parallel,
+                       round_s=max(0.0, round_wall - cost.pilot_s))
+
+
+def _budgeted(outcome: BatteryOutcome, plan: Any, started: float) -> BatteryOutcome:
+    """A budgeted run's outcome: the sizing and the time taken noted; a pass with no promise (the
+    law layer did not run) is no verdict."""
+    if plan is None:
+        return outcome
+    report = outcome.report
+    if report is not None:
+        report.notes.append(plan.note(time.perf_counter() - started))
+    if outcome.verdict == "exact" and (report is None or report.promise is None):
+        return no_verdict("a budgeted run promises what its law layer (L7) can detect, and it did not run: no pass "
+                          "without a promise (select layer L7, or run without --budget)", report)
+    return outcome
 
 
 def _run_kwargs(options: dict) -> dict:

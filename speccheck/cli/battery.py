@@ -46,6 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", nargs="+", default=None, help="only these layers (e.g. L1 L3)")
     p.add_argument("--K", type=int, nargs="+", default=None, help="only these draft counts")
     p.add_argument("--scale", type=float, default=None, help="multiply the suite's draw counts")
+    p.add_argument("--budget", metavar="SECONDS", default=None,
+                   help="wall seconds for the whole run: a pilot measures the rule's cost and the suite's draws are "
+                        "sized to fit (never below what its tests need; exit 2 when even that cannot fit); the "
+                        "report prints the promise the budget afforded")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress on stderr (a bar on a terminal, else a line every 10 s)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr (as --no-progress)")
@@ -73,8 +77,29 @@ def selections(args: argparse.Namespace) -> dict:
     return extra
 
 
+def check_budget_option(value: object) -> float | None:
+    """--budget as seconds: a finite number in (0, a week], else UsageError naming --budget."""
+    from speccheck.validation.battery.budget import check_budget
+
+    if value is None:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise UsageError(f"--budget must be a number of seconds, got --budget {value!r}") from None
+    try:
+        return check_budget(number, "--budget")
+    except errors.InputError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _check(args: argparse.Namespace) -> None:
     check_seed(args.seed)
+    args.budget = check_budget_option(args.budget)
+    if args.budget is not None and args.mutants:
+        raise UsageError("--budget sizes one verifier's run; with --mutants use --scale")
+    if args.budget is not None and args.scale is not None:
+        raise UsageError("--budget and --scale exclude each other: a budget sizes the run itself")
     check_timeout(args.timeout)
     if args.mutant and not args.mutants:
         raise UsageError("--mutant NAME only applies with --mutants")
@@ -111,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     scheduler = args.scheduler or (os.environ.get("DASK_SCHEDULER_ADDRESS") if dask and args.workers is None else None)
     outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=battery_progress(args),
                       workers=(args.workers or 1) if dask else 1, scheduler=scheduler, timeout=args.timeout,
-                      store=args.store, **extra)
+                      store=args.store, budget=args.budget, **extra)
     return _report(args, outcome)
 
 

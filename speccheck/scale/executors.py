@@ -68,9 +68,13 @@ CLEAN_UNIT_KINDS = ("battery-law",)
 
 
 class Executor(Protocol):
-    """Runs units and reports each outcome to ``on_result`` in the calling process."""
+    """Runs units and reports each outcome to ``on_result`` in the calling process. ``cpu_s``: the
+    process CPU seconds spent so far by the processes it ran units in other than the caller's
+    (a child's whole life, imports included; a Dask worker's units), so that a job's CPU figure is
+    the caller's own CPU time plus this."""
 
     name: str
+    cpu_s: float
 
     def start(self) -> Executor: ...
 
@@ -164,6 +168,7 @@ class InProcessExecutor:
                  heartbeat: Optional[Callable[[str], None]] = None) -> None:
         self.progress = progress
         self.on_start = on_start
+        self.cpu_s = 0.0  # the units run in the caller's process: their CPU time is the caller's
         # the isolated child's heartbeat: called as each unit starts and at each battery cell inside
         # a unit (a mutant's run), so its --timeout bounds a cell
         self.heartbeat = heartbeat
@@ -207,6 +212,7 @@ class IsolatedExecutor:
                  preload: Sequence[str] = ("torch", "speccheck.validation.battery")) -> None:
         self.timeout, self.what, self.progress = timeout, what, progress
         self.memory_fraction, self.preload = memory_fraction, tuple(preload)
+        self.cpu_s = 0.0  # the children's CPU time, each reported by the child at its end
 
     def start(self) -> IsolatedExecutor:
         """Nothing to start: each run starts its own child."""
@@ -225,11 +231,10 @@ class IsolatedExecutor:
             if unit is None or not isinstance(outcome, dict) or not isinstance(outcome.get("result"), dict):
                 raise IsolatedCodeError(f"{self.what}: the worker sent an outcome for no unit it was given, or a "
                                         "malformed one; no verdict")
-            wall = outcome.get("wall_s")
             on_result(unit, {"result": outcome["result"], "worker": str(outcome.get("worker", "?")),
                              "code": str(outcome.get("code", "?")),
                              "deps": outcome["deps"] if isinstance(outcome.get("deps"), dict) else None,
-                             "wall_s": float(wall) if isinstance(wall, (int, float)) and math.isfinite(wall) else 0.0})
+                             "wall_s": _seconds(outcome.get("wall_s")), "cpu_s": _seconds(outcome.get("cpu_s"))})
             bar.step()
 
         # children forked from the worker template (torch and speccheck imported once, no user code
@@ -241,9 +246,10 @@ class IsolatedExecutor:
         for group, method, preload in ((others, "forkserver" if others and launch_worker_template() else "spawn",
                                         self.preload), (clean, "spawn", ("torch",))):
             if group:
-                run_isolated("speccheck.scale.executors:isolated_units", {"units": [u.to_dict() for u in group]},
-                             timeout=self.timeout, what=self.what, preload=preload,
-                             memory_fraction=self.memory_fraction, on_value=arrived, start_method=method)
+                done = run_isolated("speccheck.scale.executors:isolated_units", {"units": [u.to_dict() for u in group]},
+                                    timeout=self.timeout, what=self.what, preload=preload,
+                                    memory_fraction=self.memory_fraction, on_value=arrived, start_method=method)
+                self.cpu_s += _seconds(done.get("cpu_s") if isinstance(done, dict) else None)
         if waiting:
             raise IsolatedCodeError(f"{self.what}: the worker finished without running units {sorted(waiting)[:3]}; "
                                     "no verdict")
@@ -252,14 +258,24 @@ class IsolatedExecutor:
         return None
 
 
+def _seconds(value: object) -> float:
+    """A duration a worker reported: a finite number >= 0, else 0 (a worker's word is not trusted further)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and value >= 0 else 0.0
+
+
 def isolated_units(heartbeat: Callable[[str], None], emit: Callable[[dict], None], *, units: list[dict]) -> dict:
-    """Child side of :class:`IsolatedExecutor`: run the units here, emitting each outcome."""
+    """Child side of :class:`IsolatedExecutor`: run the units here, emitting each outcome; returns
+    the count and this process's whole CPU time (its start and imports included; a forked child's
+    count starts at its fork)."""
+    import time
+
     from speccheck.scale.units import Unit
 
     executor = InProcessExecutor(heartbeat=heartbeat)
     executor.run([Unit.from_dict(u) for u in units],
                  lambda unit, outcome: emit({"key": unit.key, "outcome": outcome}))
-    return {"units": len(units)}
+    return {"units": len(units), "cpu_s": time.process_time()}
 
 
 class DaskExecutor:
@@ -274,6 +290,7 @@ class DaskExecutor:
         self._client = None
         self._cluster = None
         self._forked: Optional[bool] = None
+        self.cpu_s = 0.0  # the workers' CPU time in the units they ran (each unit reports its own)
 
     def start(self) -> DaskExecutor:
         """Begin starting a local cluster without waiting: launch the workers' template process, which
@@ -351,6 +368,7 @@ class DaskExecutor:
                 except (OSError, TimeoutError) as exc:  # the scheduler or the connection went away
                     raise LoadError(f"{self.name}: lost the Dask cluster ({type(exc).__name__}: {exc}); the units "
                                     "finished so far are stored: rerun to resume") from None
+                self.cpu_s += _seconds(outcome.get("cpu_s") if isinstance(outcome, dict) else None)
                 on_result(unit, outcome)
                 bar.step()
         finally:  # units still pending after an error: one message (a finished unit's result goes with its future)

@@ -717,8 +717,9 @@ def _battery_spec(suite: str, device: str, seed: Optional[int], options: Optiona
 
 
 def _plain_options(options: dict) -> dict:
-    """``layers``/``Ks``/``scale`` as plain JSON (lists of str / int, a float), checked."""
-    known = {"layers", "Ks", "scale"}
+    """``layers``/``Ks``/``scale``/``sizes`` as plain JSON (lists of str / int, a float, a mapping
+    of suite section to factor), checked."""
+    known = {"layers", "Ks", "scale", "sizes"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise InputError(f"battery options {unknown} are not supported here; allowed: {sorted(known)}")
@@ -731,6 +732,11 @@ def _plain_options(options: dict) -> dict:
         out["Ks"] = [int(k) for k in ([Ks] if isinstance(Ks, int) else Ks)]
     if "scale" in options:
         out["scale"] = float(options["scale"])
+    if "sizes" in options:
+        sizes = options["sizes"]
+        if not isinstance(sizes, dict):
+            raise InputError(f"battery option sizes must be a mapping of section to factor, got {sizes!r}")
+        out["sizes"] = {str(k): float(v) for k, v in sorted(sizes.items())}
     return out
 
 
@@ -805,10 +811,10 @@ def battery_cell_runs(runs: Sequence[Run], suite: str, spec: dict, *, job: str, 
 
     from speccheck.validation import battery
     from speccheck.validation.results import Localisation, TestResult
-    from speccheck.validation.suites import check_cost, load_suite
+    from speccheck.validation.suites import check_cost, load_suite, sized_suite
 
-    st = load_suite(suite)
     opts = spec.get("options", {})
+    st = sized_suite(load_suite(suite), opts["sizes"]) if opts.get("sizes") else load_suite(suite)
     layers = battery.resolve_layers(opts.get("layers"))  # options checked here, before any unit runs
     Ks = battery._check_Ks(opts.get("Ks"))
     scale = battery._check_scale(opts.get("scale", 1.0))
@@ -883,27 +889,25 @@ def battery_job(verifier: str, suite: str, *, device: str = "cpu", seed: Optiona
     """One battery run split into units (its cells; see :func:`battery_cell_runs`), merged into
     one report dict: the same report as :func:`speccheck.validation.battery.run_battery` run
     with one torch thread, whatever the executor and its number of workers. ``wall_s`` is the
-    client's wall time, ``cpu_s`` the units' own time (0 for units found in the store)."""
+    client's wall time, ``cpu_s`` the CPU time of every process that did work: this one's (judging,
+    and the units when they run here) plus what the executor's processes report (an isolated
+    child's whole life, a Dask worker's units; units found in the store cost none)."""
     import time
 
     from speccheck.validation.suites import load_suite
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
+    others = float(getattr(executor, "cpu_s", 0.0))
     spec = _battery_spec(suite, device, seed, options)
     spec.update(verifier=str(verifier), family_alpha=float(load_suite(suite).family_alpha),
                 verifier_sha=rule_digest(str(verifier)))
     job = name or (f"battery-{Path(suite).stem}-{_job_token(verifier)}-seed{spec['seed']}{_options_tag(spec)}"
                    f"-v{spec['verifier_sha'][:8]}")  # a changed verifier is another job: nothing stale reused
-    unit_time = [0.0]
-
-    def count(unit: Unit, outcome: dict) -> None:
-        unit_time[0] += float(outcome["wall_s"])
-
     run = (str(verifier), int(spec["seed"]))
     report = battery_cell_runs([run], suite, spec, job=job, device=device, store=store, executor=executor,
-                               localise_failures=localise_failures, on_outcome=count)[run]
+                               localise_failures=localise_failures)[run]
     report.wall_s = time.perf_counter() - start
-    report.cpu_s = unit_time[0]
+    report.cpu_s = time.process_time() - cpu + float(getattr(executor, "cpu_s", 0.0)) - others
     return report.to_dict()
 
 

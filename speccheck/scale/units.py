@@ -250,10 +250,13 @@ def mutant_run(unit: Unit) -> dict:
 
 def _battery_context(unit: Unit):  # noqa: ANN202 - (verifier, suite, device, options) of a battery-cell unit
     from speccheck.validation.battery import fresh_verifier, load_verifier, resolve_device
+    from speccheck.validation.suites import sized_suite
 
-    return (fresh_verifier(load_verifier(str(unit.identity[0]))), _load_suite_checked(unit.spec),
-            resolve_device(unit.device),
-            dict(unit.spec.get("options", {})))
+    options = dict(unit.spec.get("options", {}))
+    suite = _load_suite_checked(unit.spec)
+    return (fresh_verifier(load_verifier(str(unit.identity[0]))),
+            sized_suite(suite, options["sizes"]) if options.get("sizes") else suite, resolve_device(unit.device),
+            options)
 
 
 def battery_cell(unit: Unit) -> dict:
@@ -274,6 +277,11 @@ def battery_cell(unit: Unit) -> dict:
         layers = battery.resolve_layers(options.get("layers"))
         return {"plan": battery.plan_battery(verifier, st, layers=layers, Ks=battery._check_Ks(options.get("Ks")),
                                              scale=scale)}
+    if cell == ("pilot",):  # a budgeted run's pilot: the rule's cost measured here, where the cells run
+        from speccheck.validation.battery.budget import measure_cost
+
+        cost = measure_cost(verifier, st, device=device, seed=unit_seed(base, "pilot"), limit_s=float(spec["pilot_s"]))
+        return {"pilot": cost.as_dict()}
     if cell == ("localise",):
         failures = [TestResult.from_dict(r) for r in spec["failures"]]
         found, notes = battery.localise_report(verifier, st, spec["plan"], failures, None, base=base,
@@ -350,20 +358,22 @@ UNIT_KINDS: dict[str, Callable[[Unit], dict]] = {
 
 
 def run_unit(unit: Unit) -> dict:
-    """Run ``unit`` here; ``{"result": record, "wall_s": seconds, "worker": host:pid, "code", "deps"}``
+    """Run ``unit`` here; ``{"result": record, "wall_s": seconds, "cpu_s": this process's CPU seconds in
+    the unit, "worker": host:pid, "code", "deps"}``
     (``deps``: :func:`speccheck.scale.deps.manifest` after the run, what the result depended on)."""
     if unit.kind not in UNIT_KINDS:
         raise InputError(f"unknown unit kind {unit.kind!r}; known: {sorted(UNIT_KINDS)}")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         with _one_torch_thread():
             result = UNIT_KINDS[unit.kind](unit)
     except SystemExit as exc:  # user code in a unit never ends the worker (nor decides an exit code)
         raise IsolatedCodeError(f"unit {unit.kind} {unit.key}: the code under test called sys.exit({exc.code!r}) "
                                 "before a result; no verdict") from None
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     from speccheck.scale.deps import manifest
     from speccheck.scale.store import code_version
 
     return {"result": result, "wall_s": wall if math.isfinite(wall) else 0.0,
-            "worker": f"{socket.gethostname()}:{os.getpid()}", "code": code_version(), "deps": manifest()}
+            "cpu_s": cpu if math.isfinite(cpu) else 0.0, "worker": f"{socket.gethostname()}:{os.getpid()}",
+            "code": code_version(), "deps": manifest()}

@@ -552,10 +552,12 @@ def suite_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:
         peak = max([peak] + [n * _ROW_BYTES + min(n, c.chunk) * K * 8 * 3 for K in c.K])
     if suite.sequence is not None:
         s = suite.sequence
-        rows = (s.calls + s.small_calls + s.replay) * s.max_batch
-        layers.append(("sequence", rows))
-        calls += s.calls + s.small_calls + s.replay
-        peak = max(peak, rows * _ROW_BYTES)
+        n_calls = max(8, int(round(s.calls * scale))) + int(round(s.small_calls * scale)) + s.replay
+        # batch sizes floor(exp(U(0, log(max_batch + 1)))): mean about max_batch / log(max_batch + 1)
+        mean_batch = max(1.0, s.max_batch / math.log(s.max_batch + 1.0) - 0.5)
+        layers.append(("sequence", int(math.ceil(n_calls * mean_batch))))
+        calls += n_calls
+        peak = max(peak, n_calls * s.max_batch * _ROW_BYTES)
     if suite.law is not None:
         rows = _scaled(int(suite.law["rows"]), scale, 1024)
         batch = int(suite.law.get("max_batch", 100_000))
@@ -572,6 +574,49 @@ def suite_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:
         peak = max(peak, 2 * n * (steps + 1) * d * 8 * 4 + n * K ** min(L, 6) * d * 8)
     rows = sum(r for _, r in layers)
     return SuiteCost(int(calls), int(rows), int(peak), tuple(layers))
+
+
+#: the sections :func:`sized_suite` sizes, with the least draw count each keeps (the floors the
+#: ``scale`` option keeps too)
+SIZED_SECTIONS = {"scalar": 16, "wrapper": 16, "continuous": 16, "sequence": 8, "law": 1024, "trajectory": 20}
+
+
+def sized_suite(suite: Suite, factors: dict) -> Suite:
+    """``suite`` with the draw counts of each section in ``factors`` times its factor (in (0, 1]),
+    kept at or above the section's floor (:data:`SIZED_SECTIONS`): ``scalar`` (n of every cell),
+    ``wrapper`` (n), ``continuous`` (n per stratum), ``sequence`` (calls and small calls; the
+    replay is kept), ``law`` (rows), ``trajectory`` (n_traj). The budgeted run's suite
+    (:mod:`speccheck.validation.battery.budget`); InputError naming a bad factor."""
+    from speccheck.errors import InputError
+
+    if not isinstance(factors, dict):
+        raise InputError(f"sizes must be a mapping of section to factor, got {type(factors).__name__}")
+    unknown = sorted(set(factors) - set(SIZED_SECTIONS))
+    if unknown:
+        raise InputError(f"sizes: unknown section(s) {unknown}; allowed: {sorted(SIZED_SECTIONS)}")
+    for key, f in factors.items():
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < float(f) <= 1.0:
+            raise InputError(f"sizes[{key!r}] must be a factor in (0, 1], got {f!r}")
+    out = copy.deepcopy(suite)
+
+    def times(section: str, n: int) -> int:
+        return max(min(n, SIZED_SECTIONS[section]), int(round(n * float(factors.get(section, 1.0)))))
+
+    if out.scalar is not None:
+        out.scalar.n = times("scalar", out.scalar.n)
+        out.scalar.extra = [(d, K, times("scalar", n)) for d, K, n in out.scalar.extra]
+    if out.wrapper is not None:
+        out.wrapper.n = times("wrapper", out.wrapper.n)
+    if out.continuous is not None:
+        out.continuous.n = times("continuous", out.continuous.n)
+    if out.sequence is not None:
+        out.sequence.calls = times("sequence", out.sequence.calls)
+        out.sequence.small_calls = int(round(out.sequence.small_calls * float(factors.get("sequence", 1.0))))
+    if out.law is not None:
+        out.law["rows"] = times("law", int(out.law["rows"]))
+    if out.trajectory is not None and "n_traj" in out.trajectory:
+        out.trajectory["n_traj"] = times("trajectory", int(out.trajectory["n_traj"]))
+    return out
 
 
 def check_cost(suite: Suite, scale: float = 1.0) -> SuiteCost:

@@ -28,7 +28,7 @@ from speccheck.validation.battery.plan import (
 )
 from speccheck.validation.battery.verdict import assemble_report, failures_to_localise, localise_report
 from speccheck.validation.results import BatteryReport, TestResult
-from speccheck.validation.suites import Suite, check_cost, load_suite
+from speccheck.validation.suites import Suite, check_cost, load_suite, sized_suite
 
 __all__ = ["assert_battery_passes", "run_battery"]
 
@@ -52,13 +52,15 @@ def _cell_label(cell: tuple) -> str:
 def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cpu", seed: int | None = None,
                 progress: bool = False, family_alpha: float | None = None, layers: Any = None, Ks: Any = None,
                 scale: float = 1.0, heartbeat: Callable[[str], None] | None = None,
-                localise_failures: bool = True) -> BatteryReport:
+                localise_failures: bool = True, sizes: dict | None = None) -> BatteryReport:
     """Run ``suite`` (a shipped name, a .toml path or a :class:`Suite`) on ``verifier`` (a spec
     string or an object).
 
     ``layers``: ids or names of the layers to run (default all the suite has); ``Ks``: run
     only these K (scalar grid and continuous layers); ``scale``: a factor on every draw count
-    (the printed minimum detectable deviations show the power it implies); ``heartbeat(label)``
+    (the printed minimum detectable deviations show the power it implies); ``sizes``: a factor
+    per section on its draws (:func:`speccheck.validation.suites.sized_suite`; a budgeted run's
+    sizing, :mod:`speccheck.validation.battery.budget`); ``heartbeat(label)``
     is called at the start of every unit of work. Raises :class:`InputError` for a bad option
     or a selection with no statistical test, :class:`LoadError` for an unloadable verifier or
     suite, :class:`DeviceError` for an unusable device; whatever the verifier does wrong
@@ -84,6 +86,8 @@ def run_battery(verifier: Any, suite: str | Suite = "gate", *, device: str = "cp
         st = suite
     else:
         raise InputError(f"suite must be a name, a .toml path or a Suite, got {type(suite).__name__}")
+    if sizes:
+        st = sized_suite(st, sizes)
     check_cost(st, scale)  # a suite beyond its bounds is refused before anything runs
     st, suite_notes = suite_for(v, st)
     base = st.seed if seed is None else seed
