@@ -160,7 +160,7 @@ def _budget_here(verifier: Any, suite: str, budget: float, started: float, *, de
     cost = measure_cost(bt.fresh_verifier(bt.load_verifier(verifier)), st, device=bt.resolve_device(device),
                         seed=unit_seed(base, "pilot"), limit_s=_pilot_limit(budget))
     return plan_budget(st, cost, budget, spent_s=time.perf_counter() - started, layers=bt.resolve_layers(layers),
-                       round_s=0.5)
+                       round_s=0.5, base=base)
 
 
 def _budget_pilot(executor: Any, verifier: str, suite: str, budget: float, started: float, *, device: str,
@@ -187,7 +187,7 @@ def _budget_pilot(executor: Any, verifier: str, suite: str, budget: float, start
         raise errors.FileFormatError(f"the budget pilot returned a malformed result ({exc})") from None
     return plan_budget(load_suite(suite), cost, budget, spent_s=time.perf_counter() - started,
                        layers=bt.resolve_layers(layers), parallel=parallel,
-                       round_s=max(0.0, round_wall - cost.pilot_s))
+                       round_s=max(0.0, round_wall - cost.pilot_s), base=int(spec["seed"]))
 
 
 def _budgeted(outcome: BatteryOutcome, plan: Any, started: float) -> BatteryOutcome:

@@ -106,8 +106,8 @@ class SequenceSpec:
     """Layer 6: ``calls`` calls on one instance (see :mod:`speccheck.validation.sequence`); K from
     ``K`` (K = 1 with probability ``k1_share``), batch sizes log-uniform on 1 .. ``max_batch``,
     constant and near-constant calls at the ``anchors``, mixed calls log-uniform on
-    [``delta_lo``, ``delta_hi``]; the first ``replay`` calls replayed on a fresh instance (0 = off,
-    the shipped suites' setting: the contract layer checks same seed => same output);
+    [``delta_lo``, ``delta_hi``]; the first ``replay`` calls replayed on a fresh instance after the
+    global generators moved (0 = off; the shipped suites replay 16, 64 and 256 calls);
     ``small_calls`` extra K = 1 constant calls at the ``small_anchors``."""
 
     K: list[int]

@@ -110,3 +110,35 @@ def test_the_template_ends_with_its_client(tmp_path, ending):
     while _alive(template) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(template)
+
+
+def test_executors_report_the_cpu_time_of_their_other_processes():
+    """An isolated child reports its whole CPU time (start and imports included); units run in
+    the caller's process add nothing (their CPU time is the caller's own)."""
+    from speccheck.scale.executors import InProcessExecutor, IsolatedExecutor
+
+    units = [Unit("echo", {}, (i,)) for i in range(3)]
+    here = InProcessExecutor()
+    seen: list = []
+    here.run(units, lambda unit, outcome: seen.append(outcome))
+    assert here.cpu_s == 0.0 and all(o["cpu_s"] >= 0.0 for o in seen) and len(seen) == 3
+    child = IsolatedExecutor(timeout=120.0)
+    child.run(units, lambda unit, outcome: seen.append(outcome))
+    assert child.cpu_s > 0.01  # a Python process that imported torch did work
+    first = child.cpu_s
+    child.run(units[:1], lambda unit, outcome: None)
+    assert child.cpu_s > first  # accumulated over the children
+
+
+def test_a_battery_job_counts_the_cpu_time_of_its_isolated_child():
+    """The report's CPU figure is the caller's CPU time plus the child's (the verifier runs there),
+    never the units' wall times."""
+    from speccheck.scale.executors import IsolatedExecutor
+    from speccheck.scale.jobs import battery_job
+
+    child = IsolatedExecutor(timeout=300.0)
+    c0 = time.process_time()
+    report = battery_job("dgrs", "smoke", options={"layers": ["L0", "L1"], "scale": 0.05}, executor=child)
+    caller = time.process_time() - c0
+    assert child.cpu_s > 0.0
+    assert abs(report["cpu_s"] - (caller + child.cpu_s)) <= 0.05 + 0.05 * report["cpu_s"]

@@ -49,7 +49,8 @@ def test_results_do_not_depend_on_order_or_company():
 
 def test_run_unit_reports_timing_outside_the_result():
     out = run_unit(_cells(("dgrs",), ((1, 2),))[0])
-    assert set(out) == {"result", "wall_s", "worker", "code", "deps"} and out["wall_s"] > 0
+    assert set(out) == {"result", "wall_s", "cpu_s", "worker", "code", "deps"} and out["wall_s"] > 0
+    assert 0 < out["cpu_s"] < out["wall_s"] * 4  # this process's CPU time in the unit (one torch thread)
     assert set(out["deps"]) == {"code", "env", "dists", "files"} and "torch" in out["deps"]["dists"]
     assert out["code"].startswith("0.") or "+" in out["code"]
     assert "wall_s" not in out["result"]

@@ -30,6 +30,14 @@ def test_builtin_suites_load_and_are_sized():
         assert x.continuous.zero_atom and x.continuous.edges[0] <= 1e-8 and x.continuous.edges[-1] == 40.0
 
 
+def test_builtin_suites_replay_the_sequence_layer():
+    """Every shipped suite replays the sequence layer's first calls on a fresh instance after the
+    global RNGs moved (issue 39 item 8: not only a custom suite turns the replay on)."""
+    for name in BUILTIN_SUITES:
+        seq = load_suite(name).sequence
+        assert seq is not None and 16 <= seq.replay <= seq.calls, name
+
+
 def test_suites_ship_as_package_data(tmp_path, monkeypatch):
     """Found by name from any directory (no repository checkout needed); a user's file by path."""
     from importlib import resources

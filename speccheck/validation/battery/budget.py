@@ -209,22 +209,37 @@ class BudgetPlan:
                 f"{self.spent_s + self.predicted_s:.1f} s{took}")
 
 
-def _predict(suite: Suite, cost: RuleCost, layers: list[str], parallel: int) -> float:
-    """Predicted wall seconds of ``suite`` (already sized) at the measured cost, ``parallel`` workers."""
+def _law_work(suite: Suite, base: int) -> tuple[int, int]:
+    """(rows, calls) of the law layer's plan: drawn from the run's own seed, so exact (its batch
+    sizes are heavy-tailed: a small layer's rows are far from its ``rows``)."""
+    from speccheck.sampler.calls import CallLaw, plan_calls
+    from speccheck.seeding import unit_seed
+
+    calls = plan_calls(CallLaw.from_dict(dict(suite.law)), unit_seed(base, 7))
+    return int(sum(int(c["B"]) for c in calls)), len(calls)
+
+
+def _predict(suite: Suite, cost: RuleCost, layers: list[str], parallel: int, law: tuple[int, int] | None) -> float:
+    """Predicted wall seconds of ``suite`` (already sized) at the measured cost, ``parallel``
+    workers; ``law``: the law layer's (rows, calls) (:func:`_law_work`)."""
     c = suite_cost(suite)
-    rows = sum(n for section, n in c.layers if _SECTION_LAYER.get(section, "L0") in layers)
-    share = rows / max(c.rows, 1)
-    calls = c.calls * share
+    counted = [(section, n) for section, n in c.layers if _SECTION_LAYER.get(section, "L0") in layers]
+    rows = sum(n for section, n in counted if section != "law")
+    calls = c.calls * rows / max(c.rows, 1)
+    if law is not None and "L7" in layers:
+        rows, calls = rows + law[0], calls + law[1]
     work = rows * (cost.per_row_s + OWN_ROW_S) + calls * (cost.per_call_s + OWN_CALL_S) + cost.setup_s
     return work / (1.0 + 0.7 * (max(1, parallel) - 1))
 
 
 def plan_budget(suite: Suite, cost: RuleCost, budget_s: float, *, spent_s: float, layers: list[str],
-                parallel: int = 1, round_s: float = ROUND_S, option: str = "--budget") -> BudgetPlan:
+                parallel: int = 1, round_s: float = ROUND_S, option: str = "--budget",
+                base: int | None = None) -> BudgetPlan:
     """The largest factor f <= 1 such that the suite with each section at max(f, its minimum)
     (:func:`minimum_factors`) is predicted to fill at most :data:`FILL` of what is left of the
     budget after ``spent_s`` and the rounds' fixed cost; InputError naming ``option`` when even
-    the minimum does not fit (with the seconds the minimum needs)."""
+    the minimum does not fit (with the seconds the minimum needs). ``base``: the run's seed (the
+    suite's by default), which fixes the law layer's calls."""
     floor = minimum_factors(suite)
     fixed = ROUNDS * max(round_s, 0.0)
     if cost.error:  # nothing to size on: the least run, whose contract layer reports the error
@@ -235,8 +250,13 @@ def plan_budget(suite: Suite, cost: RuleCost, budget_s: float, *, spent_s: float
     def factors(f: float) -> dict:
         return {k: min(1.0, max(f, lo)) for k, lo in floor.items()}
 
+    law_work: dict = {}  # the law layer's plan per row count (it takes a second at 3 M rows)
+
     def predicted(f: float) -> float:
-        return _predict(sized_suite(suite, factors(f)), cost, layers, parallel)
+        sized = sized_suite(suite, factors(f))
+        if sized.law is not None and sized.law["rows"] not in law_work:
+            law_work[sized.law["rows"]] = _law_work(sized, suite.seed if base is None else base)
+        return _predict(sized, cost, layers, parallel, law_work.get(sized.law["rows"]) if sized.law else None)
 
     least = predicted(0.0)
     if least > room:
