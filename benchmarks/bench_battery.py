@@ -20,6 +20,10 @@ first one's layer (the report assembly after the last unit to the last layer). P
 layer: wall and CPU seconds, the layer's share of the run's CPU time, and its CPU time relative
 to D-GRS's same layer (the load-independent comparison).
 
+A budget (issue 39): ``--budget-demo SECONDS`` runs ``speccheck battery --budget SECONDS`` on
+``tests.slow_rules:SlowDGRS`` (exact D-GRS at 10 ms of wall time per row, a third-party rule's
+speed) and prints the wall time against the budget, the sizing note and the promise afforded.
+
 Evidence per second (issue 39): the rule runs wrapped in :class:`Timed`, which charges the process
 CPU time spent inside its ``verify`` (and ``verify_states``, ``acceptance``) to the rule; the
 battery's own CPU is everything else. Printed per run: the rule's CPU, the battery's own CPU,
@@ -128,14 +132,37 @@ def layer_line(layers: dict[str, tuple[float, float]], base: dict[str, tuple[flo
     return "   per layer: " + ";\n              ".join(parts)
 
 
+def budget_demo(budget: float, suite: str = "gate") -> int:
+    """A budgeted run of a 10 ms-per-row rule: exit 0 when it passed within its budget with a promise."""
+    from speccheck.api import battery
+
+    t0 = time.perf_counter()
+    outcome = battery("tests.slow_rules:SlowDGRS", suite, budget=budget)
+    wall = time.perf_counter() - t0
+    report = outcome.report
+    print(f"slow-dgrs (10 ms per row) {suite} --budget {budget:g}: {outcome.verdict} (exit {outcome.exit_code}) in "
+          f"{wall:.1f} s ({wall / budget:.2f} x the budget), CPU {report.cpu_s if report else float('nan'):.1f} s")
+    for note in (report.notes if report else []):
+        print(f"   note: {note}")
+    if report is not None and report.promise is not None:
+        print(f"   {report.promise.line()}")
+    ok = outcome.verdict == "exact" and wall <= budget and report is not None and report.promise is not None
+    print("within budget, with a promise" if ok else f"NOT within budget with a promise ({outcome.reason})")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", nargs="+", default=["smoke", "gate"], choices=sorted(BUDGET_S))
     ap.add_argument("--rules", nargs="+", default=list(RULES))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-warmup", action="store_true", help="skip the warm-up run (measure a cold cache)")
+    ap.add_argument("--budget-demo", type=float, metavar="SECONDS", default=None,
+                    help="only the budgeted run of a 10 ms-per-row rule on --suite (the first one given)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.budget_demo is not None:
+        return budget_demo(args.budget_demo, args.suite[0])
     rows = []
     base_layers: dict[str, dict[str, tuple[float, float]]] = {}
     rules = sorted(args.rules, key=lambda r: r != "dgrs")  # D-GRS first: the per-layer baseline

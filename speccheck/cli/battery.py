@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
 
     cost = check_cost(load_suite(args.suite), extra.get("scale", 1.0))  # refused up front beyond the bounds
     if not args.quiet:
-        print(f"suite {args.suite}: {cost.describe()}", file=sys.stderr, flush=True)
+        sized = f" before --budget {args.budget:g} s sizes it" if args.budget is not None else ""
+        print(f"suite {args.suite}{sized}: {cost.describe()}", file=sys.stderr, flush=True)
     dask = wants_dask(args)
     scheduler = args.scheduler or (os.environ.get("DASK_SCHEDULER_ADDRESS") if dask and args.workers is None else None)
     outcome = battery(args.verifier, args.suite, device=args.device, seed=args.seed, progress=battery_progress(args),
