@@ -13,6 +13,7 @@ from speccheck.errors import InputError
 from speccheck.validation.battery.budget import (
     FILL,
     MAX_BUDGET_S,
+    WRAPPER_MARGIN,
     RuleCost,
     _n_min,
     _tests_estimate,
@@ -86,6 +87,7 @@ def test_minimum_factors_keep_what_each_test_needs():
         low = sized_suite(st, minimum_factors(st))
         alpha_t = st.family_alpha / _tests_estimate(st)
         n = _n_min(alpha_t, st.power)
+        assert low.wrapper.n >= WRAPPER_MARGIN * n  # its median MDD includes its chi^2 and MMD tests
         for rows in (low.scalar.n, low.wrapper.n, low.continuous.n):
             assert rows >= n
             x = torch.rand(rows, dtype=torch.float64).numpy()
