@@ -178,7 +178,7 @@ def minimum_factors(suite: Suite) -> dict[str, float]:
     n_min = _n_min(suite.family_alpha / _tests_estimate(suite), suite.power)
     out = {}
     for section, n, need in (("scalar", suite.scalar.n if suite.scalar else 0, n_min),
-                             ("wrapper", suite.wrapper.n if suite.wrapper else 0, WRAPPER_MARGIN * n_min),
+                             ("wrapper", suite.wrapper.n if suite.wrapper else 0, math.ceil(WRAPPER_MARGIN * n_min)),
                              ("continuous", suite.continuous.n if suite.continuous else 0, n_min),
                              ("sequence", suite.sequence.calls if suite.sequence else 0, 64)):
         if n:
