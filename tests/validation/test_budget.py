@@ -205,3 +205,17 @@ def test_parse_suite_of_the_tiny_budget_suite():
     import tomllib
 
     assert parse_suite(tomllib.loads(TINY)).law["rows"] == 8192
+
+
+def test_a_budgeted_run_on_two_dask_workers(tmp_path):
+    """The pilot runs as a unit on the workers; the report's CPU is this process's plus the
+    workers' units' (never more than the processes could have spent in its wall time)."""
+    from speccheck.api import battery
+
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(TINY)
+    outcome = battery("dgrs", str(suite), budget=60, workers=2)
+    report = outcome.report
+    assert outcome.verdict == "exact" and report.promise is not None
+    assert any(n.startswith("budget 60 s: the rule measured at") for n in report.notes)
+    assert 0.0 < report.cpu_s <= 3 * report.wall_s

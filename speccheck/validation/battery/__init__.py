@@ -31,6 +31,11 @@ isolated child or a Dask worker) and judges in the calling process, which never 
 verifier's module: code that patches speccheck's statistics where the verifier runs changes
 nothing in the verdict.
 
+A time budget instead of a size (``speccheck battery --budget SECONDS``):
+:mod:`speccheck.validation.battery.budget` measures the rule's cost in a pilot and sizes the
+suite's draws to the budget (never below what each layer's tests need; exit 2 naming
+``--budget`` otherwise).
+
 Error control: every statistical test has a valid p-value; the suite's family-wise
 false-failure rate ``family_alpha`` is split by Holm over all of them; thresholds are quoted
 at the binding level family_alpha / m; each test carries its minimum detectable deviation at
