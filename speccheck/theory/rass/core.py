@@ -80,6 +80,7 @@ from speccheck.theory.rass.certificate import (
     set_margins,
     with_markov_bound,
 )
+from speccheck.theory.rass.precise import with_precise_set_bound
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -241,13 +242,52 @@ def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str,
     K = check_K(K)
     if omega is not None and deviation is not None:
         raise InputError("give omega or deviation, not both")
-    if deviation is not None:
+    if deviation is not None and np.ndim(deviation) == 2 and np.shape(deviation)[0] == 1:
+        deviation = np.asarray(deviation)[0]  # an expansion of one component
+    if deviation is not None and np.ndim(deviation) == 2:
+        out = _per_delta_expansion(d, K, deviation, field)
+    elif deviation is not None:
         out = getattr(_fixed_law(d, law_from_eps(*check_deviation(deviation, K))), field)
     elif omega is None:
         out = np.vectorize(lambda x: getattr(_solution(float(x), K), field), otypes=[np.float64])(d)
     else:
         out = getattr(_fixed(d, K, check_omega(omega, K)), field)
     return float(out) if d.ndim == 0 else out
+
+
+def _per_delta_expansion(d: np.ndarray, K: int, deviation: ArrayLike, field: str) -> np.ndarray:
+    """``field`` at weights 1/K + the column sums of an expansion (m, K) (``RankWeightSolution.
+    deviation_expansion``): by :func:`speccheck.theory.rass.precise.precise_rejection` at
+    0 < delta <= 1, its zeros refined from the float evaluator's crossings and Markov's points;
+    else (or where that fails) the float evaluator at the rounded sums."""
+    try:
+        expansion = np.asarray(deviation, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"deviation must be a vector of length {K} or an expansion of shape (m, {K}), "
+                         f"got deviation={deviation!r}") from exc
+    if expansion.shape[1] != K or not np.all(np.isfinite(expansion)):
+        raise InputError(f"deviation must be a finite expansion of shape (m, {K}), got shape {expansion.shape}")
+    sums = np.array([math.fsum(expansion[:, r].tolist()) for r in range(K)])
+    eps, zero = check_deviation(sums, K)
+    law = law_from_eps(eps, zero)
+    float_res = _fixed_law(d, law)
+    out = np.array(getattr(float_res, field), dtype=np.float64).reshape(d.shape)
+    if np.any(zero):  # a weight of 0: the float evaluator's domain (no cancellation against 1/K)
+        return out
+    from speccheck.theory.rass.certificate import markov_edges
+    from speccheck.theory.rass.precise import precise_rejection
+
+    flat = out.reshape(-1)
+    for i, x in enumerate(d.reshape(-1)):
+        x = float(x)
+        if not 0.0 < x <= 1.0:
+            continue
+        roots = exact.crossings_batch(law, np.array([x]))[0]
+        res = precise_rejection(x, expansion, np.concatenate([roots[np.isfinite(roots)], markov_edges(K)]),
+                                strict=False)
+        if res is not None:
+            flat[i] = res.rejection if field == "rejection" else 1.0 - res.rejection
+    return out
 
 
 def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
@@ -259,7 +299,10 @@ def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
     omega a probability vector of length K, or ``deviation`` = omega - 1/K (e.g.
     ``rank_weight_solution(...).deviation``: the weights exactly as the solver returns them; a
     float omega near 1/K carries ~1e-17 of rounding per weight, which moves a tiny 1 - A, e.g.
-    by 20% at delta = 1e-14, K = 16). Returns a float for scalar delta."""
+    by 20% at delta = 1e-14, K = 16), or an expansion of shape (m, K) whose column sums are the
+    deviations (``rank_weight_solution(...).deviation_expansion``: weights that float64 cannot
+    state, Markov's at K >= 24 and tiny delta; evaluated in extended precision by
+    :mod:`speccheck.theory.rass.precise` at 0 < delta <= 1). Returns a float for scalar delta."""
     return _per_delta(delta, K, omega, "acceptance", deviation)
 
 
@@ -268,7 +311,7 @@ def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
     """1 - acceptance_rass(delta, K, omega, deviation=deviation), computed directly (keeps ~1e-12
     relative precision when it is tiny, e.g. ~1e-13 at delta = 1e-12, for weights near uniform;
     weights with deviations |eps| >> 1 - A carry ~ulp(|eps|) absolute, see
-    ``RankWeightSolution``)."""
+    ``RankWeightSolution``; a ``deviation`` expansion keeps ~1e-15 relative there)."""
     return _per_delta(delta, K, omega, "rejection", deviation)
 
 
@@ -743,7 +786,7 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
         if markov is not None:
             return evaluated(d, markov)
         sol = _optimise(d, K, MAX_ITER if max_iter is None else max_iter, use_table=use_table)
-        return evaluated(d, with_markov_bound(d, K, sol))
+        return with_precise_set_bound(d, evaluated(d, with_markov_bound(d, K, sol)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -771,7 +814,8 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
         sol = _solve(d, K, max_iter)
     else:
         sol = _solution(d, K)
-    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
+    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy(),
+                        deviation_tail=None if sol.deviation_tail is None else sol.deviation_tail.copy())
 
 
 def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:

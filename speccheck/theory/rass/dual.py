@@ -131,6 +131,8 @@ from speccheck.theory.acceptance import acceptance_dgrs, dgrs_levels
 from speccheck.theory.exact import law_from_eps
 from speccheck.theory.normal import LOG_SQRT_2PI, normal_mass, normal_mass_below
 from speccheck.theory.rass.certificate import (
+    MARKOV_CERTIFIED_DELTA,
+    MARKOV_GAP,
     SUBNORMAL_DELTA,
     RankWeightSolution,
     certificate,
@@ -142,6 +144,7 @@ from speccheck.theory.rass.certificate import (
     one_blas_thread,
     with_markov_bound,
 )
+from speccheck.theory.rass.precise import markov_solution_precise, with_precise_rejection, with_precise_set_bound
 from speccheck.theory.validate import check_delta, check_K
 
 GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 1 - A) where reachable)
@@ -1037,8 +1040,14 @@ def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolut
     if closed is not None:
         return closed
     with one_blas_thread():
-        return evaluated(d, markov_solution(d, K, only_certified=True)
-                         or with_markov_bound(d, K, _solve(d, K, max_rounds)))
+        markov = markov_solution(d, K, only_certified=True)
+        if markov is None and d <= MARKOV_CERTIFIED_DELTA:
+            # float64 cannot state or evaluate Markov's weights here (K >= ~24): extended precision
+            precise = markov_solution_precise(d, K, MARKOV_GAP)
+            if precise is not None:
+                return precise
+        sol = evaluated(d, markov or with_markov_bound(d, K, _solve(d, K, max_rounds)))
+        return with_precise_set_bound(d, with_precise_rejection(d, sol))
 
 
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:
@@ -1067,4 +1076,5 @@ def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = Non
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or not 1 <= rounds <= MAX_ROUNDS:
         raise InputError(f"max_rounds must be None or an integer in 1..{MAX_ROUNDS}, got {max_rounds!r}")
     sol = _solution(d, K, int(rounds))
-    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
+    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy(),
+                        deviation_tail=None if sol.deviation_tail is None else sol.deviation_tail.copy())
