@@ -40,7 +40,13 @@ U_n(1 - 2 Phi(z)), exactly, from any delta) certifies with RELATIVE precision, a
 at delta <= 1e-9 they are the answer where certified to 1e-10 relative (no solver runs: K <= 16
 down to delta = 1e-300, where the Newton solver stalls at uniform weights, worse than D-GRS);
 elsewhere at delta <= 1e-3 the bound tightens the solver's gap and the weights replace the
-solver's where better (``with_markov_bound``). Subnormal delta: the better of uniform weights and
+solver's where better (``with_markov_bound``). Above K ~ 20 Markov's weights cannot be stated in
+float64 (e* reaches 6e12 at K = 64, 7e30 at K = 128, alternating in sign) nor evaluated there:
+:mod:`speccheck.theory.rass.precise` holds e* from a 120-digit solve, evaluates 1 - A in extended
+precision and certifies with Markov's bound in extended precision; such solutions carry their
+weights as an expansion (``RankWeightSolution.deviation_tail``). Where the float certificates
+leave more than 1e-10 of 1 - A (K <= 24), the set bound is redone with precise margins
+(``precise.with_precise_set_bound``: K = 6..17 at delta = 1e-4). Subnormal delta: the better of uniform weights and
 those (``closed_form_solution``). The reported A and 1 - A are re-evaluated by the path of
 ``acceptance_rass(delta, K, deviation=...)`` (``certificate.evaluated``) and the gap allows
 for the evaluator's rounding (``evaluation_floor``), so the numbers are those of the returned weights.

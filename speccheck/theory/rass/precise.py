@@ -136,11 +136,11 @@ class _Poly(NamedTuple):
 
 def _polys(K: int, e: list) -> _Poly:
     m = K - 1
-    f = [K * mp.binomial(m, i) * e[i] for i in range(K)]
-    df = [K * m * mp.binomial(m - 1, i) * (e[i + 1] - e[i]) for i in range(m)] if m >= 1 else []
+    f = [K * math.comb(m, i) * e[i] for i in range(K)]
+    df = [K * m * math.comb(m - 1, i) * (e[i + 1] - e[i]) for i in range(m)] if m >= 1 else []
     E, acc = [], mp.mpf(0)
     for j in range(K + 1):
-        E.append(mp.binomial(K, j) * acc)
+        E.append(math.comb(K, j) * acc)
         if j < K:
             acc += e[j]
     return _Poly(f[::-1], df[::-1], E[::-1])
@@ -352,7 +352,10 @@ def set_margins_precise(delta: float, K: int, edges: np.ndarray, in_set: np.ndar
                 cdf.append([mp.mpf(0 if z < 0 else 1)] * K)
                 continue
             u, v = _uv(z)
-            pmf = [mp.binomial(K, j) * u ** j * v ** (K - j) for j in range(K + 1)]
+            t, p, pmf = u / v, v ** K, []
+            for j in range(K + 1):
+                pmf.append(math.comb(K, j) * p)
+                p *= t
             tail, acc = [], mp.mpf(0)
             for j in range(K, 0, -1):  # I_r(u) = P(Bin(K, u) >= r)
                 acc += pmf[j]
