@@ -35,11 +35,19 @@ def one_blas_thread() -> contextlib.AbstractContextManager:
     products), where OpenBLAS's threads only spin: at K = 128, delta = 1e-6 they cost 1.8 s of
     the 4.6 s of CPU of one round on a 2-core machine. Results do not depend on it beyond the
     last bits of a least-squares step, and every gap is certified on the values actually used."""
+    controller = _blas_controller()
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    """threadpoolctl's controller of the loaded BLAS/LAPACK libraries, made once (making one scans
+    the process's loaded libraries: ~1 ms, a sixth of a K = 8 solve); None without threadpoolctl."""
     try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # an optional speed-up: scikit-learn's dependency, not speccheck's
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # an optional speed-up
+        return None
+    return ThreadpoolController()
 
 
 class RankWeightSolution(NamedTuple):
