@@ -93,7 +93,7 @@ def main() -> None:
             fh.write("# RASS golden cells (issue 38) by research/rass_golden.py: the package's full solve,\n"
                      f"# and 1 - A at its weights and D-GRS's 1 - A by mpmath {mp.__version__} at\n"
                      "# max(60, 40 - log10(delta) + log10(1 + max|eps| / delta)) digits (research/reference.py)\n")
-            w = csv.DictWriter(fh, FIELDS)
+            w = csv.DictWriter(fh, FIELDS, lineterminator="\n")
             w.writeheader()
             for key in sorted(done):
                 w.writerow(done[key])

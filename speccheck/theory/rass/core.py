@@ -45,8 +45,9 @@ float64 (e* reaches 6e12 at K = 64, 7e30 at K = 128, alternating in sign) nor ev
 :mod:`speccheck.theory.rass.precise` holds e* from a 120-digit solve, evaluates 1 - A in extended
 precision and certifies with Markov's bound in extended precision; such solutions carry their
 weights as an expansion (``RankWeightSolution.deviation_tail``). Where the float certificates
-leave more than 1e-10 of 1 - A (K <= 24), the set bound is redone with precise margins
-(``precise.with_precise_set_bound``: K = 6..17 at delta = 1e-4). Subnormal delta: the better of uniform weights and
+leave more than 1e-10 of 1 - A (K <= 24; K <= 96 in rass_dual's full solve), the set bound is
+redone with precise margins (``precise.with_precise_set_bound``: K = 6..17 at delta = 1e-4).
+Subnormal delta: the better of uniform weights and
 those (``closed_form_solution``). The reported A and 1 - A are re-evaluated by the path of
 ``acceptance_rass(delta, K, deviation=...)`` (``certificate.evaluated``) and the gap allows
 for the evaluator's rounding (``evaluation_floor``), so the numbers are those of the returned weights.
@@ -86,7 +87,7 @@ from speccheck.theory.rass.certificate import (
     set_margins,
     with_markov_bound,
 )
-from speccheck.theory.rass.precise import with_precise_set_bound
+from speccheck.theory.rass.precise import with_precise_rejection, with_precise_set_bound
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -248,12 +249,8 @@ def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str,
     K = check_K(K)
     if omega is not None and deviation is not None:
         raise InputError("give omega or deviation, not both")
-    if deviation is not None and np.ndim(deviation) == 2 and np.shape(deviation)[0] == 1:
-        deviation = np.asarray(deviation)[0]  # an expansion of one component
-    if deviation is not None and np.ndim(deviation) == 2:
-        out = _per_delta_expansion(d, K, deviation, field)
-    elif deviation is not None:
-        out = getattr(_fixed_law(d, law_from_eps(*check_deviation(deviation, K))), field)
+    if deviation is not None:
+        out = _per_delta_deviation(d, K, deviation, field)
     elif omega is None:
         out = np.vectorize(lambda x: getattr(_solution(float(x), K), field), otypes=[np.float64])(d)
     else:
@@ -261,36 +258,46 @@ def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str,
     return float(out) if d.ndim == 0 else out
 
 
-def _per_delta_expansion(d: np.ndarray, K: int, deviation: ArrayLike, field: str) -> np.ndarray:
-    """``field`` at weights 1/K + the column sums of an expansion (m, K) (``RankWeightSolution.
-    deviation_expansion``): by :func:`speccheck.theory.rass.precise.precise_rejection` at
-    0 < delta <= 1, its zeros refined from the float evaluator's crossings and Markov's points;
-    else (or where that fails) the float evaluator at the rounded sums."""
+def _per_delta_deviation(d: np.ndarray, K: int, deviation: ArrayLike, field: str) -> np.ndarray:
+    """``field`` at weights 1/K + ``deviation`` (shape (K,), or an expansion (m, K) whose column
+    sums are the deviations: ``RankWeightSolution.deviation_expansion``), ranks with
+    1/K + deviation <= 1e-15 weight 0. The float evaluator; at 0 < delta <= 1, where the weights
+    are an expansion or its allowance (``certificate.evaluation_floor``'s form) exceeds
+    ``precise.PRECISE_REJECTION`` of 1 - A (tiny 1 - A beside large deviations), 1 - A by
+    :func:`speccheck.theory.rass.precise.precise_rejection` (its zeros refined from the float
+    crossings and, for an expansion, Markov's points; where that fails, the float value): the
+    values ``rank_weight_solution`` reports for its weights."""
+    from speccheck.theory.rass.certificate import EVAL_ULPS, markov_edges
+    from speccheck.theory.rass.precise import PRECISE_REJECTION, precise_rejection
+
     try:
         expansion = np.asarray(deviation, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InputError(f"deviation must be a vector of length {K} or an expansion of shape (m, {K}), "
                          f"got deviation={deviation!r}") from exc
-    if expansion.shape[1] != K or not np.all(np.isfinite(expansion)):
-        raise InputError(f"deviation must be a finite expansion of shape (m, {K}), got shape {expansion.shape}")
-    sums = np.array([math.fsum(expansion[:, r].tolist()) for r in range(K)])
-    eps, zero = check_deviation(sums, K)
+    if expansion.ndim == 1:
+        eps, zero = check_deviation(expansion, K)
+        expansion = expansion[None, :]
+    elif expansion.ndim == 2 and expansion.shape[1] == K and expansion.shape[0] >= 1 and np.all(np.isfinite(expansion)):
+        eps, zero = check_deviation(np.array([math.fsum(expansion[:, r].tolist()) for r in range(K)]), K)
+    else:
+        raise InputError(f"deviation must be a finite vector of shape ({K},) or an expansion of shape (m, {K}), "
+                         f"got shape {expansion.shape}")
     law = law_from_eps(eps, zero)
     float_res = _fixed_law(d, law)
     out = np.array(getattr(float_res, field), dtype=np.float64).reshape(d.shape)
-    if np.any(zero):  # a weight of 0: the float evaluator's domain (no cancellation against 1/K)
-        return out
-    from speccheck.theory.rass.certificate import markov_edges
-    from speccheck.theory.rass.precise import precise_rejection
-
-    flat = out.reshape(-1)
+    flat, acc, rej = out.reshape(-1), float_res.acceptance.reshape(-1), float_res.rejection.reshape(-1)
     for i, x in enumerate(d.reshape(-1)):
         x = float(x)
-        if not 0.0 < x <= 1.0:
+        if not (0.0 < x <= 1.0 and acc[i] >= 0.5):
             continue
         roots = exact.crossings_batch(law, np.array([x]))[0]
-        res = precise_rejection(x, expansion, np.concatenate([roots[np.isfinite(roots)], markov_edges(K)]),
-                                strict=False)
+        roots = roots[np.isfinite(roots)]
+        allowance = EVAL_ULPS * 2.0 ** -52 * (roots.size + 1) * (float(np.abs(eps).sum()) + rej[i])
+        if expansion.shape[0] == 1 and allowance <= PRECISE_REJECTION * rej[i]:
+            continue
+        guesses = roots if expansion.shape[0] == 1 else np.concatenate([roots, markov_edges(K)])
+        res = precise_rejection(x, expansion, guesses, strict=False, zero=zero)
         if res is not None:
             flat[i] = res.rejection if field == "rejection" else 1.0 - res.rejection
     return out
@@ -790,9 +797,9 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
     with one_blas_thread():
         markov = markov_solution(d, K, only_certified=True)
         if markov is not None:
-            return evaluated(d, markov)
+            return with_precise_rejection(d, evaluated(d, markov))
         sol = _optimise(d, K, MAX_ITER if max_iter is None else max_iter, use_table=use_table)
-        return with_precise_set_bound(d, evaluated(d, with_markov_bound(d, K, sol)))
+        return with_precise_set_bound(d, with_precise_rejection(d, evaluated(d, with_markov_bound(d, K, sol))))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -150,7 +150,13 @@ from speccheck.theory.rass.certificate import (
     one_blas_thread,
     with_markov_bound,
 )
-from speccheck.theory.rass.precise import markov_solution_precise, with_precise_rejection, with_precise_set_bound
+from speccheck.theory.rass.precise import (
+    PRECISE_SET_FULL_MAX_K,
+    PRECISE_SET_MAX_K,
+    markov_solution_precise,
+    with_precise_rejection,
+    with_precise_set_bound,
+)
 from speccheck.theory.validate import check_delta, check_K
 
 GAP_TOL = 1e-12  # the stated optimality gap (absolute; also relative to min(A, 1 - A) where reachable)
@@ -1053,7 +1059,9 @@ def _solution(d: float, K: int, max_rounds: int = MAX_ROUNDS) -> RankWeightSolut
             if precise is not None:
                 return precise
         sol = evaluated(d, markov or with_markov_bound(d, K, _solve(d, K, max_rounds)))
-        return with_precise_set_bound(d, with_precise_rejection(d, sol))
+        # the anytime form (speccheck theory above K = 32) keeps to the cheaper K range
+        max_K = PRECISE_SET_FULL_MAX_K if max_rounds == MAX_ROUNDS else PRECISE_SET_MAX_K
+        return with_precise_set_bound(d, with_precise_rejection(d, sol), max_K)
 
 
 def certified_rank_weights(delta: float, K: int, *, max_rounds: int | None = None) -> RankWeightSolution:

@@ -52,7 +52,10 @@ PRECISE_REJECTION = 1e-12  # with_precise_rejection: where the float evaluator's
 MARKOV_PRECISE_DELTA = 1e-3  # ... and tightens the gap with Markov's precise bound at and below this delta
 PRECISE_SET_GAP = 1e-10  # with_precise_set_bound: where the gap is above this share of 1 - A ...
 PRECISE_SET_MAX_K = 24  # ... and K is at most this (O(K^2) mpmath operations per margin evaluation:
-# 0.1-1 s per solve at K = 8..24)
+# 0.1-1 s per solve at K = 8..24) ...
+PRECISE_SET_FULL_MAX_K = 96  # ... or this in rass_dual's full solve (0.5-2.5 s more at K = 32..96, delta ~ 0.01-0.1,
+# where it certified (32, 0.01): 2.1e-9 -> 1.3e-10, (48, 0.1): 1.1e-8 -> 3e-11, (96, 0.1): 1.9e-8 -> 7.3e-10;
+# at K = 128 it did not tighten (128, 0.1) in 5.7 s)
 
 
 class PreciseRejection(NamedTuple):
@@ -369,15 +372,16 @@ def set_margins_precise(delta: float, K: int, edges: np.ndarray, in_set: np.ndar
         return np.array([math.nextafter(float(x), -math.inf) for x in h])
 
 
-def with_precise_set_bound(delta: float, sol: RankWeightSolution) -> RankWeightSolution:
+def with_precise_set_bound(delta: float, sol: RankWeightSolution, max_K: int = PRECISE_SET_MAX_K
+                           ) -> RankWeightSolution:
     """``sol`` with its gap tightened by the set bound at {q > p_omega}'s boundaries moved to the
     maximin (``certificate.maximin_set_bound``) with the margins in extended precision
     (:func:`set_margins_precise`), where the float certificates leave more than PRECISE_SET_GAP of
-    1 - A (K <= PRECISE_SET_MAX_K, A >= 1/2): K = 6..17 at delta = 1e-4, where 1 - A* ~ 1e-7 and
+    1 - A (K <= ``max_K``, A >= 1/2): K = 6..17 at delta = 1e-4, where 1 - A* ~ 1e-7 and
     the float bounds' ~1e-16 absolute was 1e-8 relative. The bound is valid for any boundaries;
     the gap keeps ``certificate.evaluation_floor`` for the float evaluator's value of 1 - A."""
     K = int(sol.deviation.size)
-    if not (0.0 < delta and K <= PRECISE_SET_MAX_K and sol.deviation_tail is None and sol.acceptance >= 0.5
+    if not (0.0 < delta and K <= max_K and sol.deviation_tail is None and sol.acceptance >= 0.5
             and sol.gap > PRECISE_SET_GAP * sol.rejection):
         return sol
     zero = 1.0 / K + sol.deviation <= 1e-15
