@@ -7,7 +7,8 @@ For every cell (K in 2..16, 17, 24, 32, 48, 64, 96, 128; delta in DELTAS) the pa
 solve ``rank_weight_solution(delta, K)`` (cold: a fresh process per run, the shipped tables as
 the package holds them) gives weights (as deviations eps = omega - 1/K, stored exactly as hex
 floats; where the solution carries an expansion, ``deviation_expansion``, each deviation as its
-components joined by "+"), the reported 1 - A and the certified gap. Independently, with mpmath at
+components joined by "+", each a hex float: a "+" before "0x" or "-0x" separates), the reported
+1 - A and the certified gap. Independently, with mpmath at
 max(60, 40 - log10(delta) + log10(1 + max|eps| / delta)) digits (research/reference.py: crossings
 refined by Newton from the float ones, order-statistic masses as binomial sums):
 

@@ -105,7 +105,7 @@ certified in extended precision (``rass.precise.markov_solution_precise``: float
 state nor evaluate them above K ~ 20), are the answer where certified to 1e-10 of 1 - A (no LP
 runs). Where omega >= 0 binds (K = 64 at delta > 1.2e-15, K = 96 at delta > 2e-24, K = 128 at
 delta > 1.1e-33) Markov's bound is loose (K = 64, delta = 1e-14: 1 - A = 2.089e-18, certified
-gap 0.41 of it) but true. Where the float evaluator's allowance exceeds 1e-12 of 1 - A (deviations
+gap 0.41 of it) but true. Where the float evaluator's allowance exceeds 1e-10 of 1 - A (deviations
 >> 1 - A), the reported 1 - A is re-evaluated in extended precision
 (``rass.precise.with_precise_rejection``: at K = 48..128, delta = 1e-8 the float value was off by
 up to 6e-5 relative). A gap U - A with A rounded to 1.0 certified
