@@ -14,13 +14,12 @@ as COMPONENTS float64 numbers per entry (shape (3, K): their sum holds ~159 bits
 with the digits and mpmath version in the file: package data speccheck/data/markov_deviation.npz,
 read by ``speccheck.theory.rass.precise``.
 
-Why it is not shipped: with these e* (K >= 48) the weights 1/K + delta e* attain Markov's bound
-(mpmath, K = 64, delta = 1e-30: 1 - A = 1.22677582369e-34 against the bound 1.2267758233e-34;
-with e* rounded to float64 first, 1 - A moves to ~1.21e-34 in the same evaluation), but
-``speccheck.theory.exact`` evaluates them in float64, where deviations ~6e-18 swamp a 1 - A of
-~1e-34: the solver then judges them worse than its own weights (2.81e-34) and keeps those. Using
-them needs an evaluator with relative precision at such weights (extended precision for
-sum_r eps_r I_r(x) and for the crossings).
+Why it is shipped: with these e* (K >= 48) the weights 1/K + delta e* attain Markov's bound
+(mpmath, K = 64, delta = 1e-30: 1 - A = 1.22677582369e-34 against the bound 1.2267758233e-34),
+but only if e* keeps ~40 digits at K = 128 (e* rounded to float64 moved 1 - A by ~1% at K = 64),
+and only an evaluator with relative precision at such weights can tell (the float64 one was 6%
+off at K = 64): ``speccheck.theory.rass.precise`` reads the expansions, forms delta e* in
+mpmath, and evaluates and certifies them in extended precision.
 """
 
 from __future__ import annotations
