@@ -315,7 +315,9 @@ def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
     by 20% at delta = 1e-14, K = 16), or an expansion of shape (m, K) whose column sums are the
     deviations (``rank_weight_solution(...).deviation_expansion``: weights that float64 cannot
     state, Markov's at K >= 24 and tiny delta; evaluated in extended precision by
-    :mod:`speccheck.theory.rass.precise` at 0 < delta <= 1). Returns a float for scalar delta."""
+    :mod:`speccheck.theory.rass.precise` at 0 < delta <= 1, as are deviations whose float
+    evaluation would carry more than 1e-10 of a tiny 1 - A: ~0.01-1 s per such delta, growing
+    with K). Returns a float for scalar delta."""
     return _per_delta(delta, K, omega, "acceptance", deviation)
 
 
