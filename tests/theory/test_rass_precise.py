@@ -111,3 +111,19 @@ def test_solution_is_markov_and_honest(K, d):
                                                                                           rel=1e-14)
     assert sol.gap <= 1e-12 * sol.rejection
     assert sol.rejection - sol.gap >= markov_lower_bound_precise(d, K) * (1 - 1e-15)
+
+
+def test_threads_do_not_interleave_mpmath_precision():
+    """mpmath's precision is process-global: computations in threads (each setting its own) give
+    the serial results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(d, K) for d, K in [(1e-30, 48), (1e-300, 24), (1e-14, 32), (1e-20, 17)] for _ in range(2)]
+
+    def one(job):
+        d, K = job
+        return precise_rejection(d, markov_eps(d, K), markov_edges(K)).rejection, markov_lower_bound_precise(d, K)
+
+    serial = [one(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(one, jobs)) == serial

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,6 +59,18 @@ PRECISE_SET_MAX_K = 24  # ... and K is at most this (O(K^2) mpmath operations pe
 PRECISE_SET_FULL_MAX_K = 96  # ... or this in rass_dual's full solve (0.5-2.5 s more at K = 32..96, delta ~ 0.01-0.1,
 # where it certified (32, 0.01): 2.1e-9 -> 1.3e-10, (48, 0.1): 1.1e-8 -> 3e-11, (96, 0.1): 1.9e-8 -> 7.3e-10;
 # at K = 128 it did not tighten (128, 0.1) in 5.7 s)
+
+
+_MP_LOCK = threading.RLock()  # mpmath's working precision is process-global: one computation at a time
+
+
+def _serialised(fn):
+    """Run ``fn`` holding _MP_LOCK (it sets mpmath's global precision: threads must not interleave)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _MP_LOCK:
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 class PreciseRejection(NamedTuple):
@@ -109,6 +122,7 @@ def split(x, components: int = COMPONENTS) -> list[float]:
     return out
 
 
+@_serialised
 def markov_eps(delta: float, K: int) -> np.ndarray | None:
     """delta e* as an expansion of shape (COMPONENTS, K) (each row exactly antisymmetric, so the
     weights 1/K + the column sums are a probability vector exactly); None where the package data
@@ -212,6 +226,7 @@ def _mp_e(eps: np.ndarray, d, zero: np.ndarray | None = None) -> list:
         return [(x / total - mp.mpf(1) / K) / d for x in w]
 
 
+@_serialised
 def precise_rejection(delta: float, eps: np.ndarray, guesses: np.ndarray, *, strict: bool = True,
                       zero: np.ndarray | None = None) -> PreciseRejection | None:
     """1 - A at omega = 1/K + eps (eps exact: shape (K,), or an expansion (m, K) whose column
@@ -278,6 +293,7 @@ def precise_rejection(delta: float, eps: np.ndarray, guesses: np.ndarray, *, str
         return PreciseRejection(rej_f, np.array([float(z) for z in zs]), error)
 
 
+@_serialised
 def markov_zero_count(delta: float, eps: np.ndarray, points_per_cell: int = 20) -> int:
     """The sign changes of q - p_omega on a dense grid (``points_per_cell`` between consecutive
     Markov points, and out to +-9 beyond them): a check that Markov's weights have exactly n zeros
@@ -300,6 +316,7 @@ def markov_zero_count(delta: float, eps: np.ndarray, points_per_cell: int = 20) 
     return int(sum(a != b for a, b in zip(signs, signs[1:])))
 
 
+@_serialised
 def markov_lower_bound_precise(delta: float, K: int) -> float:
     """``certificate.markov_lower_bound`` (1 - A* >= Q(S) - Phi(S), S Markov's cells, at any
     delta > 0: weak duality, P_r(S) = 1/2 = Phi(S) for every rank) with the points z_k and the
@@ -341,6 +358,7 @@ def markov_solution_precise(delta: float, K: int, max_relative_gap: float) -> Ra
                               deviation_tail=eps[1:].copy())
 
 
+@_serialised
 def set_margins_precise(delta: float, K: int, edges: np.ndarray, in_set: np.ndarray) -> np.ndarray:
     """``certificate.set_margins`` (h_r = Q(S) - P(S_(r) in S), S the pieces [edges[i],
     edges[i + 1]] with in_set[i]; edges[0] = -inf, edges[-1] = +inf) in mpmath, each rounded to the
