@@ -171,3 +171,23 @@ def test_maximin_set_bound_is_a_set_bound_and_never_worse(seed):
         assert 1.0 - acceptance_rass(d, K, w) >= value - 1e-15
     # from crossings 1e-5 off the optimum's, the moved set is second-order close: within the gap
     assert sol.rejection - value <= max(sol.gap, 1e-13)
+
+
+def test_one_blas_thread_limits_and_restores():
+    """The cached controller (made once, not per solve) still limits BLAS to one thread inside
+    the context and restores the caller's limit after it."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from speccheck.theory.rass.certificate import one_blas_thread
+
+    def blas_threads() -> set:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS library that threadpoolctl controls")
+    with threadpool_limits(limits=2, user_api="blas"):
+        outer = blas_threads()
+        for _ in range(2):  # the second use reuses the controller
+            with one_blas_thread():
+                assert blas_threads() == {1}
+            assert blas_threads() == outer

@@ -6,6 +6,9 @@ and the certified optimal rank weights.
 - :mod:`~speccheck.theory.rass.certificate`: the optimality certificates both solvers share
   (Frank-Wolfe, piecewise and set bounds, Markov's small-delta bound);
 - :mod:`~speccheck.theory.rass.dual`: LP duality on refined partitions, the solver above K = 16;
+- :mod:`~speccheck.theory.rass.precise`: 1 - A in extended precision (mpmath) where float64 cancels
+  (tiny delta, large K), Markov's small-delta weights from a 120-digit solve (package data), the
+  set bound with precise margins;
 - :mod:`~speccheck.theory.rass.lp`: the paper's quadrature LP in cvxpy (a cross-check only).
 """
 

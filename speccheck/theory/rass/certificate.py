@@ -35,11 +35,19 @@ def one_blas_thread() -> contextlib.AbstractContextManager:
     products), where OpenBLAS's threads only spin: at K = 128, delta = 1e-6 they cost 1.8 s of
     the 4.6 s of CPU of one round on a 2-core machine. Results do not depend on it beyond the
     last bits of a least-squares step, and every gap is certified on the values actually used."""
+    controller = _blas_controller()
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    """threadpoolctl's controller of the loaded BLAS/LAPACK libraries, made once (making one scans
+    the process's loaded libraries: ~1 ms, a sixth of a K = 8 solve); None without threadpoolctl."""
     try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # an optional speed-up: scikit-learn's dependency, not speccheck's
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # an optional speed-up
+        return None
+    return ThreadpoolController()
 
 
 class RankWeightSolution(NamedTuple):
@@ -56,7 +64,12 @@ class RankWeightSolution(NamedTuple):
     = A* - A (Frank-Wolfe gap max_r g_r - g . omega, piecewise certificate, set and LP-dual
     bounds, and Markov's bound, which keeps relative precision where 1 - A ~ 1e-300; see the
     solver modules); relative_gap: gap / min(A, 1 - A), the gap relative to the smaller of A
-    and 1 - A; upper_bound = acceptance + gap; crossings of q and p_omega; iterations of the solver.
+    and 1 - A; upper_bound = acceptance + gap; crossings of q and p_omega; iterations of the solver;
+    deviation_tail: None, or where the weights need more than float64 to state (Markov's small-delta
+    weights, K >= ~24 at delta <~ 1e-9: ``rass.precise``; at K = 128 they need ~40 digits) the further
+    components of an expansion (shape (m, K)): the weights are exactly 1/K + deviation +
+    deviation_tail.sum(axis=0), and acceptance and rejection are theirs (``deviation_expansion``
+    passed as ``acceptance_rass(..., deviation=...)`` evaluates them).
     """
     omega: np.ndarray
     acceptance: float
@@ -66,6 +79,15 @@ class RankWeightSolution(NamedTuple):
     deviation: np.ndarray
     crossings: np.ndarray
     iterations: int
+    deviation_tail: np.ndarray | None = None
+
+    @property
+    def deviation_expansion(self) -> np.ndarray:
+        """The weights' deviations from 1/K as an expansion of shape (m, K) (m = 1 without a tail):
+        the exact deviation of rank r is the sum of column r."""
+        if self.deviation_tail is None:
+            return self.deviation[None, :].copy()
+        return np.vstack([self.deviation[None, :], self.deviation_tail])
 
     @property
     def relative_gap(self) -> float:
@@ -177,15 +199,17 @@ def _subnormal_solution(d: float, K: int, normal: RankWeightSolution | None = No
     sol = sol._replace(gap=gap, upper_bound=sol.acceptance + gap)
     if normal is not None and normal.acceptance >= 0.5:
         ratio = d / SUBNORMAL_DELTA
-        scaled_rej = normal.rejection * ratio
+        # (below the smallest double, e.g. ~7e-325 at K = 128, delta = 2.5e-320: reported as 2^-1074)
+        scaled_rej = max(normal.rejection * ratio, 2.0 ** -1074) if normal.rejection > 0.0 else 0.0
         if 0.0 < scaled_rej < sol.rejection:
             eps = normal.deviation * ratio
-            allowance = (K + 2) * 2.0 ** -1074
+            tail = None if normal.deviation_tail is None else normal.deviation_tail * ratio
+            allowance = (K * (1 if tail is None else 1 + tail.shape[0]) + 2) * 2.0 ** -1074
             lower = max((normal.rejection - normal.gap) * ratio - allowance, markov_lower_bound(d, K), 0.0)
             gap = min(scaled_rej + allowance, max(scaled_rej - lower, 0.0) + allowance)
             omega = np.where(normal.omega == 0.0, 0.0, 1.0 / K + eps)
             sol = RankWeightSolution(omega / omega.sum(), 1.0 - scaled_rej, scaled_rej, gap, 1.0 - scaled_rej + gap,
-                                     eps, normal.crossings.copy(), normal.iterations)
+                                     eps, normal.crossings.copy(), normal.iterations, tail)
     return sol
 
 
@@ -431,7 +455,7 @@ def _active_set_step(J: np.ndarray, W: np.ndarray, h: np.ndarray, lam: np.ndarra
 
 
 def maximin_set_bound(d: float, K: int, crossings: np.ndarray, in_set: np.ndarray, omega: np.ndarray,
-                      steps: int = MAXIMIN_STEPS) -> tuple[float, np.ndarray]:
+                      steps: int = MAXIMIN_STEPS, margins_at: Callable | None = None) -> tuple[float, np.ndarray]:
     """max over the boundaries c of the set S of min_r h_r(c) (:func:`set_margins`), by
     active-set Newton from (crossings, omega): the set bound 1 - A* >= min_r h_r made as tight as
     the set's shape allows. Returns (the best min_r h_r found, its boundaries); every trial is
@@ -442,14 +466,18 @@ def maximin_set_bound(d: float, K: int, crossings: np.ndarray, in_set: np.ndarra
     q(c_j) = p_lambda(c_j) at every boundary: Newton on that system (:func:`_kkt_step`, the
     Lagrangian's curvature sum_r lambda_r d^2 h_r / dc_j^2 is diagonal: c_j only moves its two
     pieces), with the active set T kept consistent (:func:`_active_set_step`) and the step halved
-    until the exact min_r h_r increases."""
+    until the exact min_r h_r increases. ``margins_at(d, K, edges, in_set)``: how the margins are
+    evaluated (default :func:`set_margins`; ``rass.precise.set_margins_precise`` where float64's
+    absolute precision is too coarse for 1 - A*)."""
     c = np.asarray(crossings, np.float64)
     side = in_set[:-1].astype(np.float64) - in_set[1:].astype(np.float64)
     move = side != 0.0  # a boundary between two pieces on the same side does not change S
     lam = np.array(omega, np.float64)
 
+    evaluate = set_margins if margins_at is None else margins_at
+
     def margins(bounds: np.ndarray) -> np.ndarray:
-        return set_margins(d, K, np.concatenate([[-np.inf], bounds, [np.inf]]), in_set)
+        return evaluate(d, K, np.concatenate([[-np.inf], bounds, [np.inf]]), in_set)
 
     h = margins(c)
     best, best_c = float(h.min()), c.copy()

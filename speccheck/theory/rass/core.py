@@ -40,7 +40,14 @@ U_n(1 - 2 Phi(z)), exactly, from any delta) certifies with RELATIVE precision, a
 at delta <= 1e-9 they are the answer where certified to 1e-10 relative (no solver runs: K <= 16
 down to delta = 1e-300, where the Newton solver stalls at uniform weights, worse than D-GRS);
 elsewhere at delta <= 1e-3 the bound tightens the solver's gap and the weights replace the
-solver's where better (``with_markov_bound``). Subnormal delta: the better of uniform weights and
+solver's where better (``with_markov_bound``). Above K ~ 20 Markov's weights cannot be stated in
+float64 (e* reaches 6e12 at K = 64, 7e30 at K = 128, alternating in sign) nor evaluated there:
+:mod:`speccheck.theory.rass.precise` holds e* from a 120-digit solve, evaluates 1 - A in extended
+precision and certifies with Markov's bound in extended precision; such solutions carry their
+weights as an expansion (``RankWeightSolution.deviation_tail``). Where the float certificates
+leave more than 1e-10 of 1 - A (K <= 24; K <= 96 in rass_dual's full solve), the set bound is
+redone with precise margins (``precise.with_precise_set_bound``: K = 6..17 at delta = 1e-4).
+Subnormal delta: the better of uniform weights and
 those (``closed_form_solution``). The reported A and 1 - A are re-evaluated by the path of
 ``acceptance_rass(delta, K, deviation=...)`` (``certificate.evaluated``) and the gap allows
 for the evaluator's rounding (``evaluation_floor``), so the numbers are those of the returned weights.
@@ -80,6 +87,7 @@ from speccheck.theory.rass.certificate import (
     set_margins,
     with_markov_bound,
 )
+from speccheck.theory.rass.precise import with_precise_rejection, with_precise_set_bound
 from speccheck.theory.validate import check_delta, check_K, check_omega
 
 GAP_TOL = 1e-12  # stated optimality gap (absolute, in acceptance)
@@ -242,12 +250,57 @@ def _per_delta(delta: ArrayLike, K: int, omega: ArrayLike | None, field: str,
     if omega is not None and deviation is not None:
         raise InputError("give omega or deviation, not both")
     if deviation is not None:
-        out = getattr(_fixed_law(d, law_from_eps(*check_deviation(deviation, K))), field)
+        out = _per_delta_deviation(d, K, deviation, field)
     elif omega is None:
         out = np.vectorize(lambda x: getattr(_solution(float(x), K), field), otypes=[np.float64])(d)
     else:
         out = getattr(_fixed(d, K, check_omega(omega, K)), field)
     return float(out) if d.ndim == 0 else out
+
+
+def _per_delta_deviation(d: np.ndarray, K: int, deviation: ArrayLike, field: str) -> np.ndarray:
+    """``field`` at weights 1/K + ``deviation`` (shape (K,), or an expansion (m, K) whose column
+    sums are the deviations: ``RankWeightSolution.deviation_expansion``), ranks with
+    1/K + deviation <= 1e-15 weight 0. The float evaluator; at 0 < delta <= 1, where the weights
+    are an expansion or its allowance (``certificate.evaluation_floor``'s form) exceeds
+    ``precise.PRECISE_REJECTION`` of 1 - A (tiny 1 - A beside large deviations), 1 - A by
+    :func:`speccheck.theory.rass.precise.precise_rejection` (its zeros refined from the float
+    crossings and, for an expansion, Markov's points; where that fails, the float value): the
+    values ``rank_weight_solution`` reports for its weights."""
+    from speccheck.theory.rass.certificate import EVAL_ULPS, markov_edges
+    from speccheck.theory.rass.precise import PRECISE_REJECTION, precise_rejection
+
+    try:
+        expansion = np.asarray(deviation, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"deviation must be a vector of length {K} or an expansion of shape (m, {K}), "
+                         f"got deviation={deviation!r}") from exc
+    if expansion.ndim == 1:
+        eps, zero = check_deviation(expansion, K)
+        expansion = expansion[None, :]
+    elif expansion.ndim == 2 and expansion.shape[1] == K and expansion.shape[0] >= 1 and np.all(np.isfinite(expansion)):
+        eps, zero = check_deviation(np.array([math.fsum(expansion[:, r].tolist()) for r in range(K)]), K)
+    else:
+        raise InputError(f"deviation must be a finite vector of shape ({K},) or an expansion of shape (m, {K}), "
+                         f"got shape {expansion.shape}")
+    law = law_from_eps(eps, zero)
+    float_res = _fixed_law(d, law)
+    out = np.array(getattr(float_res, field), dtype=np.float64).reshape(d.shape)
+    flat, acc, rej = out.reshape(-1), float_res.acceptance.reshape(-1), float_res.rejection.reshape(-1)
+    for i, x in enumerate(d.reshape(-1)):
+        x = float(x)
+        if not (0.0 < x <= 1.0 and acc[i] >= 0.5):
+            continue
+        roots = exact.crossings_batch(law, np.array([x]))[0]
+        roots = roots[np.isfinite(roots)]
+        allowance = EVAL_ULPS * 2.0 ** -52 * (roots.size + 1) * (float(np.abs(eps).sum()) + rej[i])
+        if expansion.shape[0] == 1 and allowance <= PRECISE_REJECTION * rej[i]:
+            continue
+        guesses = roots if expansion.shape[0] == 1 else np.concatenate([roots, markov_edges(K)])
+        res = precise_rejection(x, expansion, guesses, strict=False, zero=zero)
+        if res is not None:
+            flat[i] = res.rejection if field == "rejection" else 1.0 - res.rejection
+    return out
 
 
 def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
@@ -259,7 +312,12 @@ def acceptance_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
     omega a probability vector of length K, or ``deviation`` = omega - 1/K (e.g.
     ``rank_weight_solution(...).deviation``: the weights exactly as the solver returns them; a
     float omega near 1/K carries ~1e-17 of rounding per weight, which moves a tiny 1 - A, e.g.
-    by 20% at delta = 1e-14, K = 16). Returns a float for scalar delta."""
+    by 20% at delta = 1e-14, K = 16), or an expansion of shape (m, K) whose column sums are the
+    deviations (``rank_weight_solution(...).deviation_expansion``: weights that float64 cannot
+    state, Markov's at K >= 24 and tiny delta; evaluated in extended precision by
+    :mod:`speccheck.theory.rass.precise` at 0 < delta <= 1, as are deviations whose float
+    evaluation would carry more than 1e-10 of a tiny 1 - A: ~0.01-1 s per such delta, growing
+    with K). Returns a float for scalar delta."""
     return _per_delta(delta, K, omega, "acceptance", deviation)
 
 
@@ -268,7 +326,7 @@ def rejection_rass(delta: ArrayLike, K: int, omega: ArrayLike | None = None, *,
     """1 - acceptance_rass(delta, K, omega, deviation=deviation), computed directly (keeps ~1e-12
     relative precision when it is tiny, e.g. ~1e-13 at delta = 1e-12, for weights near uniform;
     weights with deviations |eps| >> 1 - A carry ~ulp(|eps|) absolute, see
-    ``RankWeightSolution``)."""
+    ``RankWeightSolution``; a ``deviation`` expansion keeps ~1e-15 relative there)."""
     return _per_delta(delta, K, omega, "rejection", deviation)
 
 
@@ -741,9 +799,9 @@ def _solve(d: float, K: int, max_iter: int | None = None, use_table: bool = True
     with one_blas_thread():
         markov = markov_solution(d, K, only_certified=True)
         if markov is not None:
-            return evaluated(d, markov)
+            return with_precise_rejection(d, evaluated(d, markov))
         sol = _optimise(d, K, MAX_ITER if max_iter is None else max_iter, use_table=use_table)
-        return evaluated(d, with_markov_bound(d, K, sol))
+        return with_precise_set_bound(d, with_precise_rejection(d, evaluated(d, with_markov_bound(d, K, sol))))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -771,7 +829,8 @@ def rank_weight_solution(delta: float, K: int, *, max_iter: int | None = None) -
         sol = _solve(d, K, max_iter)
     else:
         sol = _solution(d, K)
-    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy())
+    return sol._replace(omega=sol.omega.copy(), deviation=sol.deviation.copy(), crossings=sol.crossings.copy(),
+                        deviation_tail=None if sol.deviation_tail is None else sol.deviation_tail.copy())
 
 
 def cold_rank_weight_solution(delta: float, K: int) -> RankWeightSolution:
