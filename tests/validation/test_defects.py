@@ -292,3 +292,33 @@ def test_power_benchmark_core_runs_and_writes(tmp_path):
     assert "exact controls: 1/1 passed" in text
     bp.plot(res, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_power_law_design_resumes_from_the_store_and_judges_at_the_suite_level(tmp_path):
+    # the law design: L7 alone at the whole suite's per-test level, every unit in a SQLite store
+    bp = _bench()
+    store = str(tmp_path / "power.sqlite")
+    kw = dict(groups=["residual", "contract"], per_group=1, ratios=(3.0, 4.0), seed=11, min_share=0.05,
+              controls=1, n_effect=4096, workers=1, progress=False)
+    job = bp.law_job(store, "rmc", "smoke", max_units=1, **kw)
+    from speccheck.scale.store import ResultsStore
+
+    with ResultsStore(store) as st:
+        assert st.stored_keys(job) == {"baseline", "0000:residual"}  # stopped after one unit
+        base = st.units(job, ["baseline"])[0].result
+    level = base["level"]
+    # the level is the suite's alpha / m (every planned test plus the trajectory layer's), not L7's own
+    from speccheck.validation import law
+
+    assert level["alpha_suite"] == pytest.approx(level["family_alpha"] / (level["n_stat"] + level["n_l4"]))
+    assert level["n_stat"] > law.planned_tests(True)
+    bp.law_job(store, "rmc", "smoke", **kw)  # resumes: the other units only
+    res = bp.law_result(store, [job])
+    recs = {r["group"]: r for r in res["records"]}
+    assert set(recs) == {"residual", "contract", "control"}
+    assert recs["control"]["verdict"] == "exact" and not recs["control"]["failed_tests"]
+    assert recs["residual"]["caught"] and recs["residual"]["ratio"] > 2.5
+    assert any(t.startswith("L7") for t in recs["residual"]["failed_tests"])
+    assert res["mdds"]["rmc"][0] == pytest.approx(base["promise_pit"])
+    text = bp.format_report(res)
+    assert "exact controls: 1/1 passed" in text and "lower bound" in text
