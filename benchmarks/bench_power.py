@@ -297,8 +297,14 @@ def _law_job_unit(rule: str, suite: str, seed: int, key: str, level: dict, mdds:
     if group == "control":
         d = defects.draw_control(rule, rng, defects.CONTROLS[i % len(defects.CONTROLS)])
     else:
+        # the stratum's share of rows under the suite's own law of calls (the L7 plan), not a model of it
+        law_seed = unit_seed(seed, 7)
+
+        def share(st: Any, family: str) -> float:
+            return defects.law_share(st, level["plan"]["law"], seed=law_seed, states=family.startswith("states"))
+
         d = defects.draw_defect(rule, rng, ratio=ratios[i % len(ratios)], mdd_pit=mdds[0], mdd_acc=mdds[1],
-                                group=group, min_share=min_share, n_effect=n_effect)
+                                group=group, min_share=min_share, n_effect=n_effect, share=share)
     draw_s = time.process_time() - c0
     got = law_unit(defects.wrap(d), suite, unit_seed(seed, "battery", rule, group, i) % (2**31), level)
     ratio = d.effect.ratio if d.effect is not None else math.nan
@@ -322,7 +328,8 @@ def law_job(store_path: str, rule: str, suite: str, *, groups: list[str], per_gr
     from speccheck.scale.store import ResultsStore
 
     job = f"power-law:{suite}:{rule}:{seed}"
-    spec = {"design": "L7 alone at the suite's per-test level", "rule": rule, "suite": suite, "seed": seed,
+    spec = {"design": "L7 alone at the suite's per-test level", "share": "rows of the suite's law of calls (L7)",
+            "rule": rule, "suite": suite, "seed": seed,
             "ratios": list(ratios), "min_share": min_share, "n_effect": n_effect}
     with ResultsStore(store_path) as store:
         digest = store.open_job(job, "power-law", spec)

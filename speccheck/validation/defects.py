@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import math
 import zlib
@@ -280,6 +281,92 @@ def call_share(stratum: Stratum, law: CallSpace, *, seed: int = 0, instances: in
         full = math.log(law.sigma_hi) - math.log(law.sigma_lo)
         share *= (math.log(b) - math.log(a)) / full if b > a else 0.0
     return share
+
+
+def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False) -> float:
+    """Share of the rows of the battery's own law of calls (:class:`speccheck.sampler.calls.CallLaw`
+    or its plain-JSON form, as a suite's plan holds it, drawn with ``seed``) that ``stratum``
+    holds: from the planned calls and their deltas as :func:`~speccheck.sampler.calls.draw_law`
+    draws them (cast to the call's dtype) and the wrapper's own view of each call (its call count,
+    whether its K changed); of the ``verify`` rows (``states`` False) or of the ``verify_states``
+    rows (d and sigma windows; sigma is log-uniform on [0.3, 3] per row there). The law's rows
+    are computed once per (law, seed) and kept."""
+    from speccheck.sampler.calls import CallLaw
+
+    law = law if isinstance(law, CallLaw) else CallLaw.from_dict(law)
+    t = _law_rows(json.dumps(law.to_dict(), sort_keys=True), int(seed))
+    st = stratum
+    on_path = t["states"] == states
+    ok = on_path.copy()
+    if states:
+        ok &= t["d"] >= st.d_lo
+    else:
+        if st.Ks is not None:
+            ok &= np.isin(t["K"], st.Ks)
+        ok &= t["B"] >= st.B_lo
+        if st.B_hi is not None:
+            ok &= t["B"] <= st.B_hi
+        if st.chunk is not None:
+            ok &= (t["B"] > st.chunk) & (t["B"] % st.chunk != 0)
+        if st.dtype is not None:
+            ok &= t["f32"] == (st.dtype == "float32")
+        ok &= t["count"] >= st.call_lo
+        if st.after_K_change:
+            ok &= t["k_changed"]
+        if st.near is not None:
+            ok &= (t["lo"] > 0) & (t["hi"] <= (1 + st.near) * t["lo"])
+    call, delta, pos = t["call"], t["delta"], t["position"]
+    rows = ok[call] & (delta >= st.delta_lo) & (delta < st.delta_hi)
+    if not states:
+        lo = np.full(t["B"].size, st.pos_lo)
+        if st.chunk is not None:
+            lo = np.maximum(lo, (t["B"] // st.chunk) * st.chunk)
+        rows &= pos >= lo[call]
+        if st.pos_hi is not None:
+            rows &= pos < st.pos_hi
+    total = int(t["B"][on_path].sum())
+    share = float(rows.sum()) / total if total else 0.0
+    if states:
+        a, b = max(st.sigma_lo, 0.3), min(st.sigma_hi, 3.0)
+        share *= math.log(b / a) / math.log(10.0) if b > a else 0.0
+    return share
+
+
+@functools.lru_cache(maxsize=2)
+def _law_rows(law_json: str, seed: int) -> dict[str, np.ndarray]:
+    """Per call (B, K, dtype, path, d, the wrapper's call count and K change, its deltas' range)
+    and per row (delta as the rule sees it, call, position) of :func:`speccheck.sampler.calls.plan_calls`."""
+    from speccheck.sampler.calls import PATHS, CallLaw, call_deltas, plan_calls
+
+    law = CallLaw.from_dict(json.loads(law_json))
+    calls = plan_calls(law, seed)
+    n = len(calls)
+    out = {k: np.zeros(n, dtype) for k, dtype in (("B", np.int64), ("K", np.int64), ("count", np.int64),
+                                                   ("d", np.int64), ("lo", np.float64), ("hi", np.float64))}
+    out.update({k: np.zeros(n, bool) for k in ("f32", "states", "k_changed")})
+    deltas = []
+    first_K, changed, served = None, False, 0
+    for i, call in enumerate(calls):
+        K, B = int(call["K"]), int(call["B"])
+        if call["fresh"]:
+            count, k_changed = 1, False
+        else:
+            served += 1
+            first_K = K if first_K is None else first_K
+            changed = changed or K != first_K
+            count, k_changed = served, changed
+        f32 = call["dtype"] == "float32"
+        d = call_deltas(call, law)
+        d = d.to(torch.float32).to(torch.float64) if f32 else d
+        deltas.append(d.numpy())
+        out["B"][i], out["K"][i], out["count"][i], out["k_changed"][i], out["f32"][i] = B, K, count, k_changed, f32
+        out["states"][i] = call["path"] == PATHS[1]
+        out["d"][i] = math.prod(call.get("shape", [1]))
+        out["lo"][i], out["hi"][i] = float(d.min()), float(d.max())
+    out["delta"] = np.concatenate(deltas)
+    out["call"] = np.repeat(np.arange(n), out["B"])
+    out["position"] = np.arange(out["call"].size) - np.repeat(np.cumsum(out["B"]) - out["B"], out["B"])
+    return out
 
 
 # -------------------------------------------------------------------------- defect records
@@ -828,7 +915,7 @@ def _ratio(pit: float, acc: float, mdd_pit: float, mdd_acc: float) -> float:
 
 # ------------------------------------------------------------------------------- drawing
 def _draw_stratum(family: str, rng: np.random.Generator, law: CallSpace, Ks: tuple[int, ...], min_share: float,
-                  share_seed: int) -> tuple[Stratum, float]:
+                  share_seed: int, share: Optional[Any] = None) -> tuple[Stratum, float]:
     """A random stratum for ``family`` whose share of rows is >= ``min_share`` (rejection,
     bounded: after 200 tries the delta and K windows are dropped)."""
     lo_l, hi_l = math.log(law.delta_lo), math.log(law.delta_hi)
@@ -865,16 +952,17 @@ def _draw_stratum(family: str, rng: np.random.Generator, law: CallSpace, Ks: tup
                 s_lo = math.exp(rng.uniform(math.log(law.sigma_lo), math.log(law.sigma_hi) - 1.0))
                 kw["sigma_lo"], kw["sigma_hi"] = s_lo, s_lo * math.exp(rng.uniform(1.0, 2.5))
         st = Stratum(**kw)
-        share = call_share(st, law, seed=share_seed)
-        last = (st, share)
-        if share >= min_share:
-            return st, share
+        got = call_share(st, law, seed=share_seed) if share is None else share(st, family)
+        last = (st, got)
+        if got >= min_share:
+            return st, got
     return last  # type: ignore[return-value]
 
 
 def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: float, mdd_acc: float,
                 family: Optional[str] = None, group: Optional[str] = None, law: Optional[CallSpace] = None,
-                min_share: float = 0.05, n_effect: int = 1 << 15, tries: int = 3) -> Defect:
+                min_share: float = 0.05, n_effect: int = 1 << 15, tries: int = 3,
+                share: Optional[Any] = None) -> Defect:
     """Draw one defect of the rule ``base`` (a name or ``"module:attr"``; an object works
     in-process, but its token then needs ``base`` at load) from ``rng``, sized so that its effect
     (:class:`Effect`) is about ``ratio`` times the MDDs (``mdd_pit``: PIT sup-distance;
@@ -882,7 +970,9 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
     ``law``. ``family`` or ``group`` restrict the draw. The size is found by bisection on a
     Monte Carlo with common random numbers; an effect the family cannot reach keeps its largest
     size (``effect.ratio`` then says what it reached) after ``tries`` draws of the stratum and
-    mechanism. Contract families are not sized (ratio NaN).
+    mechanism. Contract families are not sized (ratio NaN). ``share(stratum, family)``: the
+    stratum's share of rows to draw against instead of ``law``'s (e.g. :func:`law_share` under
+    the battery's own law of calls, so that the defect lives where the battery sends its rows).
     """
     if not (isinstance(ratio, (int, float)) and ratio > 0 and math.isfinite(ratio)):
         raise InputError(f"ratio must be a finite number > 0, got ratio={ratio!r}")
@@ -919,10 +1009,15 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         if not Ks:
             raise InputError(f"rule {spec!r} supports no K > 1: the index-off family does not apply")
     seed = int(rng.integers(0, 2**62))
-    stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31))
+    share_fn = share
+
+    def share_of(st: Stratum) -> float:
+        return call_share(st, law, seed=seed % (2**31)) if share_fn is None else share_fn(st, family)
+
+    stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31), share_fn)
     if family == "index-off" and stratum.Ks is None and 1 in law.Ks:
         stratum = dataclasses.replace(stratum, Ks=Ks)
-        share = call_share(stratum, law, seed=seed % (2**31))
+        share = share_of(stratum)
     mechanism = str(rng.choice(_INNER)) if family in _TRIGGERED else family
     sign = int(rng.choice([-1, 1])) if mechanism in _SIGNED else 1
     if mechanism in ("levels-selection", "levels-residual", "levels-both") and stratum.delta_lo == 0 \
@@ -948,7 +1043,7 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
             best = (reach, stratum, share, mechanism, sign)
         if reach >= ratio or attempt == tries - 1:
             break
-        stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31))
+        stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31), share_fn)
         mechanism = str(rng.choice(_INNER)) if family in _TRIGGERED else family
         sign = int(rng.choice([-1, 1])) if mechanism in _SIGNED else 1
     reach, stratum, share, mechanism, sign = best
@@ -995,4 +1090,4 @@ def wrap(defect: Defect, base: Any = None) -> DefectiveRule:
 
 __all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "CallSpace", "Defect", "DefectiveRule", "Effect",
            "Stratum", "apply_mechanism", "call_share", "decode_token", "draw_control", "draw_defect", "from_token",
-           "measure_effect", "states_mechanism", "wrap"]
+           "law_share", "measure_effect", "states_mechanism", "wrap"]
