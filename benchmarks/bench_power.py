@@ -233,7 +233,7 @@ def _timed_battery(spec: str, suite: str, seed: int, scale: float) -> tuple[Any,
 # seed and global generators come from the cell's identity and the run seed). L7's contract checks
 # fail the suite too. So "caught by L7 alone at alpha / m" is a lower bound on "caught by the suite"
 # (the other layers can only add), at a third of the cost, and the curve measures the promise itself.
-def suite_level(rule: str, suite: str, seed: int) -> dict:
+def suite_level(rule: str, suite: str, seed: int, scale: float = 1.0) -> dict:
     """The suite's plan for ``rule`` and its binding per-test level at run seed ``seed`` (the
     trajectory layer's tests counted from its cell at that seed, as the run counts them)."""
     import torch
@@ -244,16 +244,16 @@ def suite_level(rule: str, suite: str, seed: int) -> dict:
 
     v = load_verifier(rule)
     st, _ = suite_for(v, load_suite(suite))
-    plan = plan_battery(fresh_verifier(v), st, layers=resolve_layers(None), Ks=None, scale=1.0)
+    plan = plan_battery(fresh_verifier(v), st, layers=resolve_layers(None), Ks=None, scale=scale)
     if plan.get("law") is None:
         raise SystemExit(f"error: suite {suite!r} runs no law layer (L7) for {rule!r}: the law design needs one")
     n_l4 = 0
     if st.trajectory is not None:
-        got = draw_cell(fresh_verifier(v), st, ("L4",), plan=None, base=seed, device=torch.device("cpu"), scale=1.0)
+        got = draw_cell(fresh_verifier(v), st, ("L4",), plan=None, base=seed, device=torch.device("cpu"), scale=scale)
         n_l4 = sum(r.kind == "stat" for r in judge_cell(st, ("L4",), *got, plan=None, base=seed,
-                                                        alpha_t=st.family_alpha, scale=1.0))
+                                                        alpha_t=st.family_alpha, scale=scale))
     return {"plan": plan, "alpha_suite": st.family_alpha / (int(plan["n_stat"]) + n_l4), "n_stat": int(plan["n_stat"]),
-            "n_l4": n_l4, "family_alpha": st.family_alpha, "power": st.power}
+            "n_l4": n_l4, "family_alpha": st.family_alpha, "power": st.power, "scale": scale}
 
 
 def law_unit(verifier: Any, suite: str, seed: int, level: dict) -> dict:
@@ -272,9 +272,9 @@ def law_unit(verifier: Any, suite: str, seed: int, level: dict) -> dict:
     st, _ = suite_for(v, load_suite(suite))
     with one_thread():
         contract, raw = draw_cell(v, st, ("L7",), plan=level["plan"], base=seed, device=torch.device("cpu"),
-                                  scale=1.0)
+                                  scale=level["scale"])
         results = judge_cell(st, ("L7",), contract, raw, plan=level["plan"], base=seed,
-                             alpha_t=level["alpha_suite"], scale=1.0)
+                             alpha_t=level["alpha_suite"], scale=level["scale"])
     failed = [f"{r.layer} {r.cell}: {r.test}" for r in results if not r.passed]
     promise = promise_of(results, level["power"])
     stat = [r.p_value for r in results if r.kind == "stat" and math.isfinite(r.p_value)]
@@ -318,7 +318,7 @@ def _law_job_unit(rule: str, suite: str, seed: int, key: str, level: dict, mdds:
 
 def law_job(store_path: str, rule: str, suite: str, *, groups: list[str], per_group: int, ratios: tuple[float, ...],
             seed: int, min_share: float, controls: int, n_effect: int, workers: int, progress: bool = True,
-            max_units: Optional[int] = None) -> str:
+            max_units: Optional[int] = None, scale: float = 1.0) -> str:
     """Run (or resume) the law-design measurement of ``rule`` into the SQLite results store at
     ``store_path`` (``speccheck.scale.store.ResultsStore``): a baseline unit (the exact rule: its
     promise sizes the defects) then ``per_group`` defects per group, interleaved (unit ``i`` of
@@ -327,15 +327,15 @@ def law_job(store_path: str, rule: str, suite: str, *, groups: list[str], per_gr
     stored are skipped. Returns the job name."""
     from speccheck.scale.store import ResultsStore
 
-    job = f"power-law:{suite}:{rule}:{seed}"
+    job = law_job_name(suite, rule, seed, scale)
     spec = {"design": "L7 alone at the suite's per-test level", "share": "rows of the suite's law of calls (L7)",
             "rule": rule, "suite": suite, "seed": seed,
-            "ratios": list(ratios), "min_share": min_share, "n_effect": n_effect}
+            "ratios": list(ratios), "min_share": min_share, "n_effect": n_effect, "scale": scale}
     with ResultsStore(store_path) as store:
         digest = store.open_job(job, "power-law", spec)
         done = store.stored_keys(job)
         if "baseline" not in done:
-            level = suite_level(rule, suite, seed)
+            level = suite_level(rule, suite, seed, scale)
             base = law_unit(rule, suite, seed, level)
             if base["caught"] or not math.isfinite(base["promise_pit"]):
                 raise SystemExit(f"error: the exact {rule!r} fails L7 at seed {seed} or has no promise: {base}")
@@ -343,7 +343,7 @@ def law_job(store_path: str, rule: str, suite: str, *, groups: list[str], per_gr
                       wall_s=base["wall_s"], worker="local", result={**base, "level": {k: v for k, v in level.items()
                                                                                         if k != "plan"}})
         base = store.units(job, ["baseline"])[0].result
-        level = suite_level(rule, suite, seed)
+        level = suite_level(rule, suite, seed, scale)
         mdd_acc = base["promise_acc"] if math.isfinite(base["promise_acc"]) else 1.0
         mdds = (float(base["promise_pit"]), float(mdd_acc))
         keys = [f"{i:04d}:{g}" for i in range(per_group) for g in groups + ["control"] * (i < controls)]
@@ -375,6 +375,11 @@ def law_job(store_path: str, rule: str, suite: str, *, groups: list[str], per_gr
     return job
 
 
+def law_job_name(suite: str, rule: str, seed: int, scale: float = 1.0) -> str:
+    """The store's name of a law-design job."""
+    return f"power-law:{suite}:{rule}:{seed}" + ("" if scale == 1.0 else f":scale={scale:g}")
+
+
 def law_result(store_path: str, jobs: list[str], label: str = "") -> dict:
     """The report dict (as :func:`run_power` returns) of stored law-design jobs."""
     from speccheck.scale.store import ResultsStore
@@ -391,7 +396,8 @@ def law_result(store_path: str, jobs: list[str], label: str = "") -> dict:
             rules.append(spec["rule"])
             b = base[0]
             mdds[spec["rule"]] = [b["promise_pit"], b["promise_acc"], f"the exact rule's L7 promise at the "
-                                  f"suite's per-test level {b['level']['alpha_suite']:.3g} (seed {spec['seed']})"]
+                                  f"suite's per-test level {b['level']['alpha_suite']:.3g} (seed {spec['seed']}, "
+                                  f"scale {spec.get('scale', 1.0):g}: L7 rows x {spec.get('scale', 1.0):g})"]
             records += [u.result for u in units if u.unit_key != "baseline"]
     if not specs:
         raise SystemExit(f"error: no stored law-design job with a baseline among {jobs}")
@@ -399,7 +405,7 @@ def law_result(store_path: str, jobs: list[str], label: str = "") -> dict:
     per_group = max(collections.Counter((r["rule"], r["group"]) for r in records
                                                           if r["group"] != "control").values(), default=0)
     return {"suite": specs[0]["suite"], "rules": rules, "per_group": per_group, "ratios": list(ratios),
-            "seed": specs[0]["seed"], "min_share": specs[0]["min_share"], "scale": 1.0,
+            "seed": specs[0]["seed"], "min_share": specs[0]["min_share"], "scale": specs[0].get("scale", 1.0),
             "label": label or LAW_LABEL, "mdds": mdds, "records": records, "table": power_table(records, ratios),
             "criterion": criterion(records), "wall_s": sum(r["wall_s"] for r in records)}
 
@@ -615,15 +621,17 @@ def _main_law(args: argparse.Namespace) -> int:
     jobs = []
     for rule in args.rules:
         if args.report_only:
-            jobs.append(f"power-law:{args.suite}:{rule}:{args.seed}")
+            jobs.append(law_job_name(args.suite, rule, args.seed, args.scale))
             continue
         jobs.append(law_job(args.store, rule, args.suite, groups=groups, per_group=args.per_group, ratios=ratios,
                             seed=args.seed, min_share=args.min_share or 0.05, controls=args.controls,
-                            n_effect=args.n_effect, workers=args.workers, max_units=args.max_units))
+                            n_effect=args.n_effect, workers=args.workers, max_units=args.max_units,
+                            scale=args.scale))
     result = law_result(args.store, jobs, args.label)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"power_law_{Path(args.suite).stem}_{'-'.join(r.replace(':', '.') for r in args.rules)}"
+    stem = f"power_law_{Path(args.suite).stem}_{'-'.join(r.replace(':', '.') for r in args.rules)}" \
+        + ("" if args.scale == 1.0 else f"_scale{args.scale:g}")
     text = format_report(result)
     (out / f"{stem}.txt").write_text(text)
     from speccheck.strict_json import dumps
