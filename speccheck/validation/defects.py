@@ -288,9 +288,9 @@ def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False
     or its plain-JSON form, as a suite's plan holds it, drawn with ``seed``) that ``stratum``
     holds: from the planned calls and their deltas as :func:`~speccheck.sampler.calls.draw_law`
     draws them (cast to the call's dtype) and the wrapper's own view of each call (its call count,
-    whether its K changed); of the ``verify`` rows (``states`` False) or of the ``verify_states``
-    rows (d and sigma windows; sigma is log-uniform on [0.3, 3] per row there). The law's rows
-    are computed once per (law, seed) and kept."""
+    whether its K changed), as a share of all the law's rows: its ``verify`` rows (``states``
+    False) or its ``verify_states`` rows (d and sigma windows; sigma is log-uniform on [0.3, 3]
+    per row there). The law's rows are computed once per (law, seed) and kept."""
     from speccheck.sampler.calls import CallLaw
 
     law = law if isinstance(law, CallLaw) else CallLaw.from_dict(law)
@@ -324,7 +324,7 @@ def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False
         rows &= pos >= lo[call]
         if st.pos_hi is not None:
             rows &= pos < st.pos_hi
-    total = int(t["B"][on_path].sum())
+    total = int(t["B"].sum())  # of all the layer's rows: the share the promise speaks of
     share = float(rows.sum()) / total if total else 0.0
     if states:
         a, b = max(st.sigma_lo, 0.3), min(st.sigma_hi, 3.0)

@@ -325,8 +325,8 @@ def test_power_law_design_resumes_from_the_store_and_judges_at_the_suite_level(t
 
 
 def test_law_share_counts_the_rows_the_battery_law_actually_draws():
-    # the share of a stratum under the battery's own law of calls equals the share of the verify
-    # rows of an actual draw of that law (same law, same seed) that fall in it
+    # the share of a stratum under the battery's own law of calls equals the share of the rows of
+    # an actual draw of that law (same law, same seed) that fall in it
     from speccheck.sampler.calls import CallLaw, draw_law
 
     law = CallLaw(rows=40_000, Ks=(1, 2, 3, 5), max_batch=4097, points=8)
@@ -337,6 +337,8 @@ def test_law_share_counts_the_rows_the_battery_law_actually_draws():
     st = D.Stratum(delta_lo=0.1, delta_hi=3.0, dtype="float32", pos_lo=100, Ks=(2, 3))
     want = np.mean((raw["delta"] >= 0.1) & (raw["delta"] < 3.0) & f32 & (raw["position"] >= 100)
                    & np.isin(K, (2, 3)), where=on)
-    assert D.law_share(st, law, seed=5) == pytest.approx(float(want), abs=1e-12)
-    assert D.law_share(D.Stratum(), law, seed=5) == 1.0
+    assert D.law_share(st, law, seed=5) == pytest.approx(float(want) * on.mean(), abs=1e-12)
+    # of all the rows: the verify rows and the verify_states rows make the whole
+    assert D.law_share(D.Stratum(), law, seed=5) + D.law_share(D.Stratum(), law, seed=5, states=True) == \
+        pytest.approx(1.0)
     assert 0 < D.law_share(D.Stratum(call_lo=50), law, seed=5) < 1
