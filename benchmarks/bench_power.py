@@ -128,11 +128,14 @@ def power_table(records: list[dict], ratios: tuple[float, ...]) -> list[dict]:
     return rows
 
 
-def criterion(records: list[dict]) -> list[dict]:
-    """Per statistical group: the share caught among defects at >= 1.5 x and at [1, 1.5) x MDD."""
+def criterion(records: list[dict], min_share: Optional[float] = None) -> list[dict]:
+    """Per statistical group: the share caught among defects at >= 1.5 x and at [1, 1.5) x MDD
+    (with ``min_share``: only the defects whose stratum holds at least that share of the rows,
+    the ones the promise speaks of)."""
     out = []
     for g in sorted({r["group"] for r in records} - {"contract", "control"}):
-        sel = [r for r in records if r["group"] == g and math.isfinite(r["ratio"])]
+        sel = [r for r in records if r["group"] == g and math.isfinite(r["ratio"])
+               and (min_share is None or (r.get("share_of_rows") or 0.0) >= min_share)]
         for (at_least, need), upto in zip(CRITERION, (math.inf, CRITERION[0][0])):
             cell = [r for r in sel if at_least <= r["ratio"] < upto]
             k = sum(r["caught"] for r in cell)
@@ -407,12 +410,14 @@ def law_result(store_path: str, jobs: list[str], label: str = "") -> dict:
     return {"suite": specs[0]["suite"], "rules": rules, "per_group": per_group, "ratios": list(ratios),
             "seed": specs[0]["seed"], "min_share": specs[0]["min_share"], "scale": specs[0].get("scale", 1.0),
             "label": label or LAW_LABEL, "mdds": mdds, "records": records, "table": power_table(records, ratios),
-            "criterion": criterion(records), "wall_s": sum(r["wall_s"] for r in records)}
+            "criterion": criterion(records, specs[0]["min_share"]), "wall_s": sum(r["wall_s"] for r in records)}
 
 
 LAW_LABEL = ("design: each defect judged by layer L7 alone at the whole suite's per-test level alpha / m (a lower "
-             "bound on the suite's power: Holm rejects every p <= alpha / m); 'per group' is the most stored in one "
-             "group, the counts per bin are below; wall: the units' summed wall time")
+             "bound on the suite's power: Holm rejects every p <= alpha / m); strata drawn to hold >= the promised "
+             "share of the rows of the suite's own law of calls (the criterion counts only those that do; the table "
+             "counts all); 'per group' is the most stored in one group, the counts per bin are below; wall: the "
+             "units' summed wall time")
 
 
 # ------------------------------------------------------------------------------- outputs
@@ -443,7 +448,9 @@ def format_report(result: dict) -> str:
     missed = [r for r in result["records"] if r["group"] not in ("control",) and not r["caught"]
               and (not math.isfinite(r["ratio"]) or r["ratio"] >= 1.0)]
     lines += ["", f"defects at >= 1 x MDD (and contract defects) NOT caught: {len(missed)}"]
-    lines += [f"  - {r['description']} [{r['verdict']}]" for r in missed]
+    lines += [f"  - {r['description']} [{r['verdict']}]"
+              + (" (stratum below the promised share: outside the promise)"
+                 if (r.get("share_of_rows") or 1.0) < result["min_share"] else "") for r in missed]
     return "\n".join(lines) + "\n"
 
 
