@@ -598,6 +598,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"power_{Path(args.suite).stem}_{'-'.join(r.replace(':', '.') for r in args.rules)}" \
         + ("_quick" if args.quick else "")
+    return _write(result, out, stem, args.check)
+
+
+def _write(result: dict, out: Path, stem: str, check: bool) -> int:
+    """The report, its JSON and its figure under ``out``; the exit code (``check``: 1 when an exact
+    control failed or the criterion is not met in some group)."""
     text = format_report(result)
     (out / f"{stem}.txt").write_text(text)
     from speccheck.strict_json import dumps
@@ -607,7 +613,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(text)
     print(f"written: {out / stem}.txt, .json, .png")
     ctl_bad = any(r["group"] == "control" and r["verdict"] != "exact" for r in result["records"])
-    if args.check and (ctl_bad or not all(c["met"] for c in result["criterion"])):
+    if check and (ctl_bad or not all(c["met"] for c in result["criterion"])):
         return 1
     return 0
 
@@ -639,18 +645,7 @@ def _main_law(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"power_law_{Path(args.suite).stem}_{'-'.join(r.replace(':', '.') for r in args.rules)}" \
         + ("" if args.scale == 1.0 else f"_scale{args.scale:g}")
-    text = format_report(result)
-    (out / f"{stem}.txt").write_text(text)
-    from speccheck.strict_json import dumps
-
-    (out / f"{stem}.json").write_text(dumps(result, indent=1) + "\n")
-    plot(result, out / f"{stem}.png")
-    print(text)
-    print(f"written: {out / stem}.txt, .json, .png")
-    ctl_bad = any(r["group"] == "control" and r["verdict"] != "exact" for r in result["records"])
-    if args.check and (ctl_bad or not all(c["met"] for c in result["criterion"])):
-        return 1
-    return 0
+    return _write(result, out, stem, args.check)
 
 
 if __name__ == "__main__":
