@@ -497,7 +497,8 @@ def plot(result: dict, path: Path) -> None:
         ax.set_visible(False)
     fig.supxlabel("effect / MDD (bin of the achieved ratio)", fontsize=9)
     fig.supylabel("share of defects caught", fontsize=9)
-    fig.suptitle(f"battery '{result['suite']}' vs random defects ({', '.join(result['rules'])}; "
+    at = "" if result.get("scale", 1.0) == 1.0 else f" at scale {result['scale']:g}"
+    fig.suptitle(f"battery '{result['suite']}'{at} vs random defects ({', '.join(result['rules'])}; "
                  f"{result['per_group']} per group)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
