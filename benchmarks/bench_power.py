@@ -307,7 +307,8 @@ def _law_job_unit(rule: str, suite: str, seed: int, key: str, level: dict, mdds:
             return defects.law_share(st, level["plan"]["law"], seed=law_seed, states=family.startswith("states"))
 
         d = defects.draw_defect(rule, rng, ratio=ratios[i % len(ratios)], mdd_pit=mdds[0], mdd_acc=mdds[1],
-                                group=group, min_share=min_share, n_effect=n_effect, share=share)
+                                group=group, min_share=min_share, n_effect=n_effect, share=share,
+                                effect_law=defects.BatteryLaw.of(level["plan"]["law"], law_seed))
     draw_s = time.process_time() - c0
     got = law_unit(defects.wrap(d), suite, unit_seed(seed, "battery", rule, group, i) % (2**31), level)
     ratio = d.effect.ratio if d.effect is not None else math.nan
@@ -332,6 +333,7 @@ def law_job(store_path: str, rule: str, suite: str, *, groups: list[str], per_gr
 
     job = law_job_name(suite, rule, seed, scale)
     spec = {"design": "L7 alone at the suite's per-test level", "share": "rows of the suite's law of calls (L7)",
+            "effect": "over the stratum's rows of the suite's law of calls",
             "rule": rule, "suite": suite, "seed": seed,
             "ratios": list(ratios), "min_share": min_share, "n_effect": n_effect, "scale": scale}
     with ResultsStore(store_path) as store:

@@ -291,11 +291,21 @@ def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False
     whether its K changed), as a share of all the law's rows: its ``verify`` rows (``states``
     False) or its ``verify_states`` rows (d and sigma windows; sigma is log-uniform on [0.3, 3]
     per row there). The law's rows are computed once per (law, seed) and kept."""
+    t, rows = _law_mask(stratum, law, seed, states)
+    total = int(t["B"].sum())  # of all the layer's rows: the share the promise speaks of
+    share = float(rows.sum()) / total if total else 0.0
+    if states:
+        a, b = max(stratum.sigma_lo, 0.3), min(stratum.sigma_hi, 3.0)
+        share *= math.log(b / a) / math.log(10.0) if b > a else 0.0
+    return share
+
+
+def _law_mask(st: Stratum, law: Any, seed: int, states: bool) -> tuple[dict, np.ndarray]:
+    """(the law's table, the mask of its rows inside the stratum on the path)."""
     from speccheck.sampler.calls import CallLaw
 
     law = law if isinstance(law, CallLaw) else CallLaw.from_dict(law)
     t = _law_rows(json.dumps(law.to_dict(), sort_keys=True), int(seed))
-    st = stratum
     on_path = t["states"] == states
     ok = on_path.copy()
     if states:
@@ -315,6 +325,51 @@ def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False
             ok &= t["k_changed"]
         if st.near is not None:
             ok &= (t["lo"] > 0) & (t["hi"] <= (1 + st.near) * t["lo"])
+    return t, _rows_in(t, st, ok, states)
+
+
+@dataclass(frozen=True)
+class BatteryLaw:
+    """The battery's own law of calls (a suite plan's ``law``, as JSON, and the unit seed) as the
+    law a defect's effect is measured over: the stratum's (delta, K) rows as
+    :func:`~speccheck.sampler.calls.draw_law` draws them (``verify`` path), and for the
+    declaration only its rows where the declaration is read (constant and levels calls)."""
+
+    law_json: str
+    seed: int
+
+    @classmethod
+    def of(cls, law: Any, seed: int) -> BatteryLaw:
+        from speccheck.sampler.calls import CallLaw
+
+        law = law if isinstance(law, CallLaw) else CallLaw.from_dict(law)
+        return cls(json.dumps(law.to_dict(), sort_keys=True), int(seed))
+
+    def rows(self, stratum: Stratum, n: int, *, declared: bool = False, m_nodes: int = 24
+             ) -> list[tuple[int, np.ndarray]]:
+        """[(K, deltas)]: about ``n`` rows of the stratum, K in the law's proportions, each K's
+        deltas at ``m_nodes`` quantiles of its rows' deltas (few distinct deltas keep a rule
+        fast); [] when the stratum holds no such row."""
+        t, mask = _law_mask(stratum, json.loads(self.law_json), self.seed, False)
+        if declared:
+            mask &= t["declared"][t["call"]]
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return []
+        K = t["K"][t["call"][idx]]
+        out = []
+        for k in np.unique(K):
+            d = t["delta"][idx[K == k]]
+            count = max(int(round(n * d.size / idx.size)), 1)
+            q = (np.arange(min(m_nodes, count)) + 0.5) / min(m_nodes, count)
+            nodes = np.quantile(d, q, method="inverted_cdf")
+            out.append((int(k), np.repeat(nodes, max(count // nodes.size, 1))))
+        return out
+
+
+def _rows_in(t: dict, st: Stratum, ok: np.ndarray, states: bool) -> np.ndarray:
+    """The rows of the calls ``ok`` of :func:`_law_rows`' table inside the stratum (delta window,
+    positions and chunk tail on the verify path)."""
     call, delta, pos = t["call"], t["delta"], t["position"]
     rows = ok[call] & (delta >= st.delta_lo) & (delta < st.delta_hi)
     if not states:
@@ -324,12 +379,7 @@ def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False
         rows &= pos >= lo[call]
         if st.pos_hi is not None:
             rows &= pos < st.pos_hi
-    total = int(t["B"].sum())  # of all the layer's rows: the share the promise speaks of
-    share = float(rows.sum()) / total if total else 0.0
-    if states:
-        a, b = max(st.sigma_lo, 0.3), min(st.sigma_hi, 3.0)
-        share *= math.log(b / a) / math.log(10.0) if b > a else 0.0
-    return share
+    return rows
 
 
 @functools.lru_cache(maxsize=2)
@@ -343,7 +393,7 @@ def _law_rows(law_json: str, seed: int) -> dict[str, np.ndarray]:
     n = len(calls)
     out = {k: np.zeros(n, dtype) for k, dtype in (("B", np.int64), ("K", np.int64), ("count", np.int64),
                                                    ("d", np.int64), ("lo", np.float64), ("hi", np.float64))}
-    out.update({k: np.zeros(n, bool) for k in ("f32", "states", "k_changed")})
+    out.update({k: np.zeros(n, bool) for k in ("f32", "states", "k_changed", "declared")})
     deltas = []
     first_K, changed, served = None, False, 0
     for i, call in enumerate(calls):
@@ -361,6 +411,7 @@ def _law_rows(law_json: str, seed: int) -> dict[str, np.ndarray]:
         deltas.append(d.numpy())
         out["B"][i], out["K"][i], out["count"][i], out["k_changed"][i], out["f32"][i] = B, K, count, k_changed, f32
         out["states"][i] = call["path"] == PATHS[1]
+        out["declared"][i] = call["pattern"] in ("constant", "levels")  # where draw_law reads the declaration
         out["d"][i] = math.prod(call.get("shape", [1]))
         out["lo"][i], out["hi"][i] = float(d.min()), float(d.max())
     out["delta"] = np.concatenate(deltas)
@@ -791,6 +842,15 @@ def _stratum_rows(law: CallSpace, stratum: Stratum, base: Any, n: int, m_nodes: 
     return [(K, deltas) for K in Ks]
 
 
+def _effect_rows(law: Any, stratum: Stratum, base: Any, n: int) -> list[tuple[int, np.ndarray]]:
+    """The stratum's rows for an effect: the battery's law's own (a :class:`BatteryLaw`, where the
+    stratum holds any), else the model's (:class:`CallSpace`)."""
+    if isinstance(law, BatteryLaw):
+        got = [(K, d) for K, d in law.rows(stratum, n) if _supports(base, K)]
+        return got or _stratum_rows(CallSpace(), stratum, base, n)
+    return _stratum_rows(law, stratum, base, n)
+
+
 def _supports(base: Any, K: int) -> bool:
     f = getattr(base, "supports_K", None)
     return True if f is None else bool(f(K))
@@ -806,7 +866,7 @@ def _exact_runs(base: Any, stratum: Stratum, law: CallSpace, n: int, seed: int, 
     if key in _EXACT_CACHE and _EXACT_CACHE[key][0] is base:  # the cache holds base: its id is not reused
         return _EXACT_CACHE[key][1]
     runs = []
-    for K, deltas in _stratum_rows(law, stratum, base, n):
+    for K, deltas in _effect_rows(law, stratum, base, n):
         if pairs:  # pairs of equal delta (the constant calls of a sampler)
             deltas = np.repeat(deltas[: deltas.size // 2], 2)
         d = torch.as_tensor(deltas)
@@ -829,7 +889,8 @@ def measure_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: St
         acc = _declared_shift(base, eps, sign, stratum, law)
         return 0.0, 0.0, acc, 0.0, 0
     if mechanism in ("states-perp", "states-sigma"):
-        return _states_effect(base, mechanism, eps, sign, stratum, law, n=n, seed=seed)
+        model = CallSpace() if isinstance(law, BatteryLaw) else law
+        return _states_effect(base, mechanism, eps, sign, stratum, model, n=n, seed=seed)
     u_def, u_ex, acc_diff = [], [], []
     for _K, d, s, ex, state in _exact_runs(base, stratum, law, n, seed, mechanism == "shared-randomness"):
         g = torch.Generator()
@@ -854,6 +915,11 @@ def _declared_shift(base: Any, eps: float, sign: int, stratum: Stratum, law: Cal
     """Mean |declared - true| over the stratum's (delta, K) law: exact (quadrature nodes)."""
     if not callable(getattr(base, "acceptance", None)):
         raise InputError("the declared family needs a base rule with acceptance()")
+    if isinstance(law, BatteryLaw):  # the rows where draw_law reads the declaration, and no other
+        rows = law.rows(stratum, 4096, declared=True)
+        n = sum(d.size for _, d in rows)
+        return sum(float(np.sum(np.clip(a + sign * eps, 0, 1) - a)) for a in
+                   (np.asarray(base.acceptance(d, K), dtype=np.float64) for K, d in rows)) / n if n else 0.0
     total, count = 0.0, 0
     for K, _ in _stratum_rows(law, stratum, base, 64):
         nodes, weights = law.delta_nodes(stratum.delta_lo, stratum.delta_hi, 16)
@@ -962,7 +1028,7 @@ def _draw_stratum(family: str, rng: np.random.Generator, law: CallSpace, Ks: tup
 def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: float, mdd_acc: float,
                 family: Optional[str] = None, group: Optional[str] = None, law: Optional[CallSpace] = None,
                 min_share: float = 0.05, n_effect: int = 1 << 15, tries: int = 3,
-                share: Optional[Any] = None) -> Defect:
+                share: Optional[Any] = None, effect_law: Optional[BatteryLaw] = None) -> Defect:
     """Draw one defect of the rule ``base`` (a name or ``"module:attr"``; an object works
     in-process, but its token then needs ``base`` at load) from ``rng``, sized so that its effect
     (:class:`Effect`) is about ``ratio`` times the MDDs (``mdd_pit``: PIT sup-distance;
@@ -972,7 +1038,9 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
     size (``effect.ratio`` then says what it reached) after ``tries`` draws of the stratum and
     mechanism. Contract families are not sized (ratio NaN). ``share(stratum, family)``: the
     stratum's share of rows to draw against instead of ``law``'s (e.g. :func:`law_share` under
-    the battery's own law of calls, so that the defect lives where the battery sends its rows).
+    the battery's own law of calls, so that the defect lives where the battery sends its rows);
+    ``effect_law``: measure the effect over the stratum's rows of the battery's own law of calls
+    (:class:`BatteryLaw`) instead of the model's.
     """
     if not (isinstance(ratio, (int, float)) and ratio > 0 and math.isfinite(ratio)):
         raise InputError(f"ratio must be a finite number > 0, got ratio={ratio!r}")
@@ -1032,7 +1100,7 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         return Defect(eps=eps, effect=eff, **common)
 
     def at(mech: str, st: Stratum, sgn: int, eps: float, n: int) -> tuple[float, float, float, float, int]:
-        return measure_effect(rule, mech, eps, sgn, st, law, n=n, seed=seed % (2**31))
+        return measure_effect(rule, mech, eps, sgn, st, effect_law or law, n=n, seed=seed % (2**31))
 
     n_cal = max(n_effect // 4, 1024)
     best = None
@@ -1068,6 +1136,9 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         pit, pit_err, acc, acc_err, n = at(mechanism, stratum, sign, hi, n_effect)
     method = ("exact (declared acceptance vs the base's, 16 quadrature deltas per K)" if mechanism == "declared" else
               f"Monte Carlo, {n} rows, seed {seed % (2**31)}, common random numbers vs the exact base")
+    if effect_law is not None and not mechanism.startswith("states"):
+        method += "; over the stratum's rows of the battery's law of calls" + (
+            " where it reads the declaration" if mechanism == "declared" else "")
     eff = Effect(pit=pit, pit_error=pit_err, acc=acc, acc_error=acc_err, share=share,
                  ratio=_ratio(pit, acc, mdd_pit, mdd_acc), mdd_pit=mdd_pit, mdd_acc=mdd_acc, n=n, method=method)
     return Defect(eps=float(hi), effect=eff, **common)
@@ -1088,6 +1159,6 @@ def wrap(defect: Defect, base: Any = None) -> DefectiveRule:
     return DefectiveRule(defect, base)
 
 
-__all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "CallSpace", "Defect", "DefectiveRule", "Effect",
-           "Stratum", "apply_mechanism", "call_share", "decode_token", "draw_control", "draw_defect", "from_token",
-           "law_share", "measure_effect", "states_mechanism", "wrap"]
+__all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "BatteryLaw", "CallSpace", "Defect", "DefectiveRule",
+           "Effect", "Stratum", "apply_mechanism", "call_share", "decode_token", "draw_control", "draw_defect",
+           "from_token", "law_share", "measure_effect", "states_mechanism", "wrap"]

@@ -342,3 +342,22 @@ def test_law_share_counts_the_rows_the_battery_law_actually_draws():
     assert D.law_share(D.Stratum(), law, seed=5) + D.law_share(D.Stratum(), law, seed=5, states=True) == \
         pytest.approx(1.0)
     assert 0 < D.law_share(D.Stratum(call_lo=50), law, seed=5) < 1
+
+
+def test_effects_can_be_measured_over_the_battery_laws_own_rows():
+    from speccheck.sampler.calls import CallLaw
+
+    law = CallLaw(rows=60_000, Ks=(1, 2, 3, 5), max_batch=4097, points=8)
+    bl = D.BatteryLaw.of(law.to_dict(), 5)
+    st = D.Stratum(delta_lo=0.1, delta_hi=3.0)
+    rows = bl.rows(st, 4096)
+    assert {K for K, _ in rows} <= {1, 2, 3, 5} and sum(d.size for _, d in rows) == pytest.approx(4096, rel=0.05)
+    assert all(np.all((d >= 0.1) & (d < 3.0)) for _, d in rows)
+    declared = bl.rows(st, 4096, declared=True)  # only the constant / levels calls' deltas: the law's points
+    assert 0 < len(np.unique(np.concatenate([d for _, d in declared]))) <= 8 * 4
+    # a declaration off where the law reads none is no effect at all; inside, it is the shift itself
+    assert D.measure_effect(get("dgrs"), "declared", 0.1, 1, D.Stratum(delta_lo=50.0), bl, n=0, seed=0)[2] == 0.0
+    acc = D.measure_effect(get("dgrs"), "declared", 0.05, -1, st, bl, n=0, seed=0)[2]
+    assert acc == pytest.approx(-0.05)  # no declared value there sits within 0.05 of 0
+    pit, err, *_ = D.measure_effect(get("dgrs"), "residual-shift", 0.5, 1, st, bl, n=1 << 16, seed=3)
+    assert pit > 2 * err  # beyond its 99% Monte Carlo bound
