@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import math
 import zlib
@@ -280,6 +281,143 @@ def call_share(stratum: Stratum, law: CallSpace, *, seed: int = 0, instances: in
         full = math.log(law.sigma_hi) - math.log(law.sigma_lo)
         share *= (math.log(b) - math.log(a)) / full if b > a else 0.0
     return share
+
+
+def law_share(stratum: Stratum, law: Any, *, seed: int = 0, states: bool = False) -> float:
+    """Share of the rows of the battery's own law of calls (:class:`speccheck.sampler.calls.CallLaw`
+    or its plain-JSON form, as a suite's plan holds it, drawn with ``seed``) that ``stratum``
+    holds: from the planned calls and their deltas as :func:`~speccheck.sampler.calls.draw_law`
+    draws them (cast to the call's dtype) and the wrapper's own view of each call (its call count,
+    whether its K changed), as a share of all the law's rows: its ``verify`` rows (``states``
+    False) or its ``verify_states`` rows (d and sigma windows; sigma is log-uniform on [0.3, 3]
+    per row there). The law's rows are computed once per (law, seed) and kept."""
+    t, rows = _law_mask(stratum, law, seed, states)
+    total = int(t["B"].sum())  # of all the layer's rows: the share the promise speaks of
+    share = float(rows.sum()) / total if total else 0.0
+    if states:
+        a, b = max(stratum.sigma_lo, 0.3), min(stratum.sigma_hi, 3.0)
+        share *= math.log(b / a) / math.log(10.0) if b > a else 0.0
+    return share
+
+
+def _law_mask(st: Stratum, law: Any, seed: int, states: bool) -> tuple[dict, np.ndarray]:
+    """(the law's table, the mask of its rows inside the stratum on the path)."""
+    from speccheck.sampler.calls import CallLaw
+
+    law = law if isinstance(law, CallLaw) else CallLaw.from_dict(law)
+    t = _law_rows(json.dumps(law.to_dict(), sort_keys=True), int(seed))
+    on_path = t["states"] == states
+    ok = on_path.copy()
+    if states:
+        ok &= t["d"] >= st.d_lo
+    else:
+        if st.Ks is not None:
+            ok &= np.isin(t["K"], st.Ks)
+        ok &= t["B"] >= st.B_lo
+        if st.B_hi is not None:
+            ok &= t["B"] <= st.B_hi
+        if st.chunk is not None:
+            ok &= (t["B"] > st.chunk) & (t["B"] % st.chunk != 0)
+        if st.dtype is not None:
+            ok &= t["f32"] == (st.dtype == "float32")
+        ok &= t["count"] >= st.call_lo
+        if st.after_K_change:
+            ok &= t["k_changed"]
+        if st.near is not None:
+            ok &= (t["lo"] > 0) & (t["hi"] <= (1 + st.near) * t["lo"])
+    return t, _rows_in(t, st, ok, states)
+
+
+@dataclass(frozen=True)
+class BatteryLaw:
+    """The battery's own law of calls (a suite plan's ``law``, as JSON, and the unit seed) as the
+    law a defect's effect is measured over: the stratum's (delta, K) rows as
+    :func:`~speccheck.sampler.calls.draw_law` draws them (``verify`` path), and for the
+    declaration only its rows where the declaration is read (constant and levels calls)."""
+
+    law_json: str
+    seed: int
+
+    @classmethod
+    def of(cls, law: Any, seed: int) -> BatteryLaw:
+        from speccheck.sampler.calls import CallLaw
+
+        law = law if isinstance(law, CallLaw) else CallLaw.from_dict(law)
+        return cls(json.dumps(law.to_dict(), sort_keys=True), int(seed))
+
+    def rows(self, stratum: Stratum, n: int, *, declared: bool = False, m_nodes: int = 24
+             ) -> list[tuple[int, np.ndarray]]:
+        """[(K, deltas)]: about ``n`` rows of the stratum, K in the law's proportions, each K's
+        deltas at ``m_nodes`` quantiles of its rows' deltas (few distinct deltas keep a rule
+        fast); [] when the stratum holds no such row."""
+        t, mask = _law_mask(stratum, json.loads(self.law_json), self.seed, False)
+        if declared:
+            mask &= t["declared"][t["call"]]
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return []
+        K = t["K"][t["call"][idx]]
+        out = []
+        for k in np.unique(K):
+            d = t["delta"][idx[K == k]]
+            count = max(int(round(n * d.size / idx.size)), 1)
+            q = (np.arange(min(m_nodes, count)) + 0.5) / min(m_nodes, count)
+            nodes = np.quantile(d, q, method="inverted_cdf")
+            out.append((int(k), np.repeat(nodes, max(count // nodes.size, 1))))
+        return out
+
+
+def _rows_in(t: dict, st: Stratum, ok: np.ndarray, states: bool) -> np.ndarray:
+    """The rows of the calls ``ok`` of :func:`_law_rows`' table inside the stratum (delta window,
+    positions and chunk tail on the verify path)."""
+    call, delta, pos = t["call"], t["delta"], t["position"]
+    rows = ok[call] & (delta >= st.delta_lo) & (delta < st.delta_hi)
+    if not states:
+        lo = np.full(t["B"].size, st.pos_lo)
+        if st.chunk is not None:
+            lo = np.maximum(lo, (t["B"] // st.chunk) * st.chunk)
+        rows &= pos >= lo[call]
+        if st.pos_hi is not None:
+            rows &= pos < st.pos_hi
+    return rows
+
+
+@functools.lru_cache(maxsize=2)
+def _law_rows(law_json: str, seed: int) -> dict[str, np.ndarray]:
+    """Per call (B, K, dtype, path, d, the wrapper's call count and K change, its deltas' range)
+    and per row (delta as the rule sees it, call, position) of :func:`speccheck.sampler.calls.plan_calls`."""
+    from speccheck.sampler.calls import PATHS, CallLaw, call_deltas, plan_calls
+
+    law = CallLaw.from_dict(json.loads(law_json))
+    calls = plan_calls(law, seed)
+    n = len(calls)
+    out = {k: np.zeros(n, dtype) for k, dtype in (("B", np.int64), ("K", np.int64), ("count", np.int64),
+                                                   ("d", np.int64), ("lo", np.float64), ("hi", np.float64))}
+    out.update({k: np.zeros(n, bool) for k in ("f32", "states", "k_changed", "declared")})
+    deltas = []
+    first_K, changed, served = None, False, 0
+    for i, call in enumerate(calls):
+        K, B = int(call["K"]), int(call["B"])
+        if call["fresh"]:
+            count, k_changed = 1, False
+        else:
+            served += 1
+            first_K = K if first_K is None else first_K
+            changed = changed or K != first_K
+            count, k_changed = served, changed
+        f32 = call["dtype"] == "float32"
+        d = call_deltas(call, law)
+        d = d.to(torch.float32).to(torch.float64) if f32 else d
+        deltas.append(d.numpy())
+        out["B"][i], out["K"][i], out["count"][i], out["k_changed"][i], out["f32"][i] = B, K, count, k_changed, f32
+        out["states"][i] = call["path"] == PATHS[1]
+        out["declared"][i] = call["pattern"] in ("constant", "levels")  # where draw_law reads the declaration
+        out["d"][i] = math.prod(call.get("shape", [1]))
+        out["lo"][i], out["hi"][i] = float(d.min()), float(d.max())
+    out["delta"] = np.concatenate(deltas)
+    out["call"] = np.repeat(np.arange(n), out["B"])
+    out["position"] = np.arange(out["call"].size) - np.repeat(np.cumsum(out["B"]) - out["B"], out["B"])
+    return out
 
 
 # -------------------------------------------------------------------------- defect records
@@ -704,6 +842,15 @@ def _stratum_rows(law: CallSpace, stratum: Stratum, base: Any, n: int, m_nodes: 
     return [(K, deltas) for K in Ks]
 
 
+def _effect_rows(law: Any, stratum: Stratum, base: Any, n: int) -> list[tuple[int, np.ndarray]]:
+    """The stratum's rows for an effect: the battery's law's own (a :class:`BatteryLaw`, where the
+    stratum holds any), else the model's (:class:`CallSpace`)."""
+    if isinstance(law, BatteryLaw):
+        got = [(K, d) for K, d in law.rows(stratum, n) if _supports(base, K)]
+        return got or _stratum_rows(CallSpace(), stratum, base, n)
+    return _stratum_rows(law, stratum, base, n)
+
+
 def _supports(base: Any, K: int) -> bool:
     f = getattr(base, "supports_K", None)
     return True if f is None else bool(f(K))
@@ -719,7 +866,7 @@ def _exact_runs(base: Any, stratum: Stratum, law: CallSpace, n: int, seed: int, 
     if key in _EXACT_CACHE and _EXACT_CACHE[key][0] is base:  # the cache holds base: its id is not reused
         return _EXACT_CACHE[key][1]
     runs = []
-    for K, deltas in _stratum_rows(law, stratum, base, n):
+    for K, deltas in _effect_rows(law, stratum, base, n):
         if pairs:  # pairs of equal delta (the constant calls of a sampler)
             deltas = np.repeat(deltas[: deltas.size // 2], 2)
         d = torch.as_tensor(deltas)
@@ -742,7 +889,8 @@ def measure_effect(base: Any, mechanism: str, eps: float, sign: int, stratum: St
         acc = _declared_shift(base, eps, sign, stratum, law)
         return 0.0, 0.0, acc, 0.0, 0
     if mechanism in ("states-perp", "states-sigma"):
-        return _states_effect(base, mechanism, eps, sign, stratum, law, n=n, seed=seed)
+        model = CallSpace() if isinstance(law, BatteryLaw) else law
+        return _states_effect(base, mechanism, eps, sign, stratum, model, n=n, seed=seed)
     u_def, u_ex, acc_diff = [], [], []
     for _K, d, s, ex, state in _exact_runs(base, stratum, law, n, seed, mechanism == "shared-randomness"):
         g = torch.Generator()
@@ -767,6 +915,11 @@ def _declared_shift(base: Any, eps: float, sign: int, stratum: Stratum, law: Cal
     """Mean |declared - true| over the stratum's (delta, K) law: exact (quadrature nodes)."""
     if not callable(getattr(base, "acceptance", None)):
         raise InputError("the declared family needs a base rule with acceptance()")
+    if isinstance(law, BatteryLaw):  # the rows where draw_law reads the declaration, and no other
+        rows = law.rows(stratum, 4096, declared=True)
+        n = sum(d.size for _, d in rows)
+        return sum(float(np.sum(np.clip(a + sign * eps, 0, 1) - a)) for a in
+                   (np.asarray(base.acceptance(d, K), dtype=np.float64) for K, d in rows)) / n if n else 0.0
     total, count = 0.0, 0
     for K, _ in _stratum_rows(law, stratum, base, 64):
         nodes, weights = law.delta_nodes(stratum.delta_lo, stratum.delta_hi, 16)
@@ -828,7 +981,7 @@ def _ratio(pit: float, acc: float, mdd_pit: float, mdd_acc: float) -> float:
 
 # ------------------------------------------------------------------------------- drawing
 def _draw_stratum(family: str, rng: np.random.Generator, law: CallSpace, Ks: tuple[int, ...], min_share: float,
-                  share_seed: int) -> tuple[Stratum, float]:
+                  share_seed: int, share: Optional[Any] = None) -> tuple[Stratum, float]:
     """A random stratum for ``family`` whose share of rows is >= ``min_share`` (rejection,
     bounded: after 200 tries the delta and K windows are dropped)."""
     lo_l, hi_l = math.log(law.delta_lo), math.log(law.delta_hi)
@@ -865,16 +1018,17 @@ def _draw_stratum(family: str, rng: np.random.Generator, law: CallSpace, Ks: tup
                 s_lo = math.exp(rng.uniform(math.log(law.sigma_lo), math.log(law.sigma_hi) - 1.0))
                 kw["sigma_lo"], kw["sigma_hi"] = s_lo, s_lo * math.exp(rng.uniform(1.0, 2.5))
         st = Stratum(**kw)
-        share = call_share(st, law, seed=share_seed)
-        last = (st, share)
-        if share >= min_share:
-            return st, share
+        got = call_share(st, law, seed=share_seed) if share is None else share(st, family)
+        last = (st, got)
+        if got >= min_share:
+            return st, got
     return last  # type: ignore[return-value]
 
 
 def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: float, mdd_acc: float,
                 family: Optional[str] = None, group: Optional[str] = None, law: Optional[CallSpace] = None,
-                min_share: float = 0.05, n_effect: int = 1 << 15, tries: int = 3) -> Defect:
+                min_share: float = 0.05, n_effect: int = 1 << 15, tries: int = 3,
+                share: Optional[Any] = None, effect_law: Optional[BatteryLaw] = None) -> Defect:
     """Draw one defect of the rule ``base`` (a name or ``"module:attr"``; an object works
     in-process, but its token then needs ``base`` at load) from ``rng``, sized so that its effect
     (:class:`Effect`) is about ``ratio`` times the MDDs (``mdd_pit``: PIT sup-distance;
@@ -882,7 +1036,11 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
     ``law``. ``family`` or ``group`` restrict the draw. The size is found by bisection on a
     Monte Carlo with common random numbers; an effect the family cannot reach keeps its largest
     size (``effect.ratio`` then says what it reached) after ``tries`` draws of the stratum and
-    mechanism. Contract families are not sized (ratio NaN).
+    mechanism. Contract families are not sized (ratio NaN). ``share(stratum, family)``: the
+    stratum's share of rows to draw against instead of ``law``'s (e.g. :func:`law_share` under
+    the battery's own law of calls, so that the defect lives where the battery sends its rows);
+    ``effect_law``: measure the effect over the stratum's rows of the battery's own law of calls
+    (:class:`BatteryLaw`) instead of the model's.
     """
     if not (isinstance(ratio, (int, float)) and ratio > 0 and math.isfinite(ratio)):
         raise InputError(f"ratio must be a finite number > 0, got ratio={ratio!r}")
@@ -919,10 +1077,15 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         if not Ks:
             raise InputError(f"rule {spec!r} supports no K > 1: the index-off family does not apply")
     seed = int(rng.integers(0, 2**62))
-    stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31))
+    share_fn = share
+
+    def share_of(st: Stratum) -> float:
+        return call_share(st, law, seed=seed % (2**31)) if share_fn is None else share_fn(st, family)
+
+    stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31), share_fn)
     if family == "index-off" and stratum.Ks is None and 1 in law.Ks:
         stratum = dataclasses.replace(stratum, Ks=Ks)
-        share = call_share(stratum, law, seed=seed % (2**31))
+        share = share_of(stratum)
     mechanism = str(rng.choice(_INNER)) if family in _TRIGGERED else family
     sign = int(rng.choice([-1, 1])) if mechanism in _SIGNED else 1
     if mechanism in ("levels-selection", "levels-residual", "levels-both") and stratum.delta_lo == 0 \
@@ -937,7 +1100,7 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         return Defect(eps=eps, effect=eff, **common)
 
     def at(mech: str, st: Stratum, sgn: int, eps: float, n: int) -> tuple[float, float, float, float, int]:
-        return measure_effect(rule, mech, eps, sgn, st, law, n=n, seed=seed % (2**31))
+        return measure_effect(rule, mech, eps, sgn, st, effect_law or law, n=n, seed=seed % (2**31))
 
     n_cal = max(n_effect // 4, 1024)
     best = None
@@ -948,7 +1111,7 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
             best = (reach, stratum, share, mechanism, sign)
         if reach >= ratio or attempt == tries - 1:
             break
-        stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31))
+        stratum, share = _draw_stratum(family, rng, law, Ks, min_share, seed % (2**31), share_fn)
         mechanism = str(rng.choice(_INNER)) if family in _TRIGGERED else family
         sign = int(rng.choice([-1, 1])) if mechanism in _SIGNED else 1
     reach, stratum, share, mechanism, sign = best
@@ -973,6 +1136,9 @@ def draw_defect(base: Any, rng: np.random.Generator, *, ratio: float, mdd_pit: f
         pit, pit_err, acc, acc_err, n = at(mechanism, stratum, sign, hi, n_effect)
     method = ("exact (declared acceptance vs the base's, 16 quadrature deltas per K)" if mechanism == "declared" else
               f"Monte Carlo, {n} rows, seed {seed % (2**31)}, common random numbers vs the exact base")
+    if effect_law is not None and not mechanism.startswith("states"):
+        method += "; over the stratum's rows of the battery's law of calls" + (
+            " where it reads the declaration" if mechanism == "declared" else "")
     eff = Effect(pit=pit, pit_error=pit_err, acc=acc, acc_error=acc_err, share=share,
                  ratio=_ratio(pit, acc, mdd_pit, mdd_acc), mdd_pit=mdd_pit, mdd_acc=mdd_acc, n=n, method=method)
     return Defect(eps=float(hi), effect=eff, **common)
@@ -993,6 +1159,6 @@ def wrap(defect: Defect, base: Any = None) -> DefectiveRule:
     return DefectiveRule(defect, base)
 
 
-__all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "CallSpace", "Defect", "DefectiveRule", "Effect",
-           "Stratum", "apply_mechanism", "call_share", "decode_token", "draw_control", "draw_defect", "from_token",
-           "measure_effect", "states_mechanism", "wrap"]
+__all__ = ["CONTROLS", "FAMILIES", "GROUPS", "STATISTICAL_GROUPS", "BatteryLaw", "CallSpace", "Defect", "DefectiveRule",
+           "Effect", "Stratum", "apply_mechanism", "call_share", "decode_token", "draw_control", "draw_defect",
+           "from_token", "law_share", "measure_effect", "states_mechanism", "wrap"]

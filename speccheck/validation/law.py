@@ -16,8 +16,9 @@ turns them into :class:`~speccheck.validation.results.TestResult` s, whose numbe
 :func:`planned_tests` declares, so the Holm count follows from the declarations):
 
 - *strata* (:func:`strata_ks`, :func:`strata_acceptance`): for each covariate family and each
-  resolution r in :data:`RESOLUTIONS` (r bins holding equal shares of the rows, ties kept
-  together; categorical families: one bin per value), per bin a KS distance of the PIT from
+  resolution r in :data:`RESOLUTIONS` (r bins holding equal shares of the rows, for the
+  acceptance of the rows with a declared acceptance, ties kept together; categorical families:
+  one bin per value), per bin a KS distance of the PIT from
   U(0, 1) (DKW-Massart p-value) and the acceptance excess sum(accepted - declared) (Bernstein
   p-value, variance sum p (1 - p)); a family-resolution is one test, its p-value the smallest
   of its bins' times the number of bins (min-p with Bonferroni: the sparse-effect statistic
@@ -331,7 +332,16 @@ def judge_layer(raw: dict, *, alpha: float, power: float, seed: int) -> list[Tes
     designs += [(f, r) for f in ORDINAL for r in RESOLUTIONS] + [(f, None) for f in CATEGORICAL]
     per_call = ("B", "K", "call", "age", "B octave", "pattern", "dtype", "path", "instance")
     in_call_order = bool(np.all(call[1:] >= call[:-1]))
-    ranked = {f: _Ranked(cov[f], call if (f in per_call and in_call_order) else None) for f in ORDINAL + CATEGORICAL}
+    def ranks(rows: np.ndarray | None) -> dict[str, _Ranked]:
+        cm = call if rows is None else call[rows]
+        return {f: _Ranked(cov[f] if rows is None else cov[f][rows], cm if (f in per_call and in_call_order) else None)
+                for f in ORDINAL + CATEGORICAL}
+
+    ranked = ranks(None)
+    judge_acc = has_acc and not raw.get("declared_error") and bool(m.any())
+    # the acceptance strata hold equal shares of the rows WITH a declared acceptance (binned among
+    # those rows): every bin of a resolution then carries about the same evidence
+    ranked_acc = ranks(m) if judge_acc else {}
     for family, r in designs:
         if family:
             labels, n_bins = ranked[family].strata(r)
@@ -341,13 +351,17 @@ def judge_layer(raw: dict, *, alpha: float, power: float, seed: int) -> list[Tes
         results.append(_strata_result("pit", family, r, strata_ks(u_sorted, labels[order], n_bins), x, labels,
                                       n_bins, z.size, alpha, power))
         if has_acc:
-            if raw.get("declared_error"):
-                if not family:
+            if not judge_acc:
+                if not family and raw.get("declared_error"):
                     results.append(TestResult(f"{CELL}: all rows", "acceptance=declared", math.nan, math.nan, 0.0,
                                               math.nan, 0, passed=False, note=raw["declared_error"], layer=LAYER))
                 continue
-            got = strata_acceptance(acc[m], declared[m], labels[m], n_bins)
-            results.append(_strata_result("acceptance", family, r, got, x[m], labels[m], n_bins, int(m.sum()),
+            if family:
+                labels_m, bins_m = ranked_acc[family].strata(r)
+            else:
+                labels_m, bins_m = np.zeros(int(m.sum()), np.int64), 1
+            got = strata_acceptance(acc[m], declared[m], labels_m, bins_m)
+            results.append(_strata_result("acceptance", family, r, got, x[m], labels_m, bins_m, int(m.sum()),
                                           alpha, power))
     for family in ORDINAL:
         c = ranked[family].mid_rank()
@@ -356,8 +370,9 @@ def judge_layer(raw: dict, *, alpha: float, power: float, seed: int) -> list[Tes
         results.append(_normal_result(f"{CELL}: scores", f"PIT trend along {family}", s.statistic, s.p, s.n,
                                       s.sd, alpha, power, "N(0, 1) score of u - 1/2 on the covariate's mid-rank; "
                                       "MDD: the slope of E[u] per unit mid-rank"))
-        if has_acc and not raw.get("declared_error"):
-            cm = c[m] - c[m].mean()
+        if judge_acc:
+            cm = ranked_acc[family].mid_rank()
+            cm = cm - cm.mean()
             p = declared[m]
             s = score_test(acc[m] - p, p * (1.0 - p), cm)
             results.append(_normal_result(f"{CELL}: scores", f"acceptance trend along {family}", s.statistic, s.p,

@@ -292,3 +292,72 @@ def test_power_benchmark_core_runs_and_writes(tmp_path):
     assert "exact controls: 1/1 passed" in text
     bp.plot(res, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_power_law_design_resumes_from_the_store_and_judges_at_the_suite_level(tmp_path):
+    # the law design: L7 alone at the whole suite's per-test level, every unit in a SQLite store
+    bp = _bench()
+    store = str(tmp_path / "power.sqlite")
+    kw = dict(groups=["residual", "contract"], per_group=1, ratios=(3.0, 4.0), seed=11, min_share=0.05,
+              controls=1, n_effect=4096, workers=1, progress=False)
+    job = bp.law_job(store, "rmc", "smoke", max_units=1, **kw)
+    from speccheck.scale.store import ResultsStore
+
+    with ResultsStore(store) as st:
+        assert st.stored_keys(job) == {"baseline", "0000:residual"}  # stopped after one unit
+        base = st.units(job, ["baseline"])[0].result
+    level = base["level"]
+    # the level is the suite's alpha / m (every planned test plus the trajectory layer's), not L7's own
+    from speccheck.validation import law
+
+    assert level["alpha_suite"] == pytest.approx(level["family_alpha"] / (level["n_stat"] + level["n_l4"]))
+    assert level["n_stat"] > law.planned_tests(True)
+    bp.law_job(store, "rmc", "smoke", **kw)  # resumes: the other units only
+    res = bp.law_result(store, [job])
+    recs = {r["group"]: r for r in res["records"]}
+    assert set(recs) == {"residual", "contract", "control"}
+    assert recs["control"]["verdict"] == "exact" and not recs["control"]["failed_tests"]
+    assert recs["residual"]["caught"] and recs["residual"]["ratio"] > 2.5
+    assert any(t.startswith("L7") for t in recs["residual"]["failed_tests"])
+    assert res["mdds"]["rmc"][0] == pytest.approx(base["promise_pit"])
+    text = bp.format_report(res)
+    assert "exact controls: 1/1 passed" in text and "lower bound" in text
+
+
+def test_law_share_counts_the_rows_the_battery_law_actually_draws():
+    # the share of a stratum under the battery's own law of calls equals the share of the rows of
+    # an actual draw of that law (same law, same seed) that fall in it
+    from speccheck.sampler.calls import CallLaw, draw_law
+
+    law = CallLaw(rows=40_000, Ks=(1, 2, 3, 5), max_batch=4097, points=8)
+    raw = draw_law(D.wrap(D.draw_control("dgrs", np.random.default_rng(0), "none")), law, seed=5)
+    on = raw["call_path"][raw["call"]] == 0
+    f32 = raw["call_dtype"][raw["call"]] == 1
+    K = raw["call_K"][raw["call"]]
+    st = D.Stratum(delta_lo=0.1, delta_hi=3.0, dtype="float32", pos_lo=100, Ks=(2, 3))
+    want = np.mean((raw["delta"] >= 0.1) & (raw["delta"] < 3.0) & f32 & (raw["position"] >= 100)
+                   & np.isin(K, (2, 3)), where=on)
+    assert D.law_share(st, law, seed=5) == pytest.approx(float(want) * on.mean(), abs=1e-12)
+    # of all the rows: the verify rows and the verify_states rows make the whole
+    assert D.law_share(D.Stratum(), law, seed=5) + D.law_share(D.Stratum(), law, seed=5, states=True) == \
+        pytest.approx(1.0)
+    assert 0 < D.law_share(D.Stratum(call_lo=50), law, seed=5) < 1
+
+
+def test_effects_can_be_measured_over_the_battery_laws_own_rows():
+    from speccheck.sampler.calls import CallLaw
+
+    law = CallLaw(rows=60_000, Ks=(1, 2, 3, 5), max_batch=4097, points=8)
+    bl = D.BatteryLaw.of(law.to_dict(), 5)
+    st = D.Stratum(delta_lo=0.1, delta_hi=3.0)
+    rows = bl.rows(st, 4096)
+    assert {K for K, _ in rows} <= {1, 2, 3, 5} and sum(d.size for _, d in rows) == pytest.approx(4096, rel=0.05)
+    assert all(np.all((d >= 0.1) & (d < 3.0)) for _, d in rows)
+    declared = bl.rows(st, 4096, declared=True)  # only the constant / levels calls' deltas: the law's points
+    assert 0 < len(np.unique(np.concatenate([d for _, d in declared]))) <= 8 * 4
+    # a declaration off where the law reads none is no effect at all; inside, it is the shift itself
+    assert D.measure_effect(get("dgrs"), "declared", 0.1, 1, D.Stratum(delta_lo=50.0), bl, n=0, seed=0)[2] == 0.0
+    acc = D.measure_effect(get("dgrs"), "declared", 0.05, -1, st, bl, n=0, seed=0)[2]
+    assert acc == pytest.approx(-0.05)  # no declared value there sits within 0.05 of 0
+    pit, err, *_ = D.measure_effect(get("dgrs"), "residual-shift", 0.5, 1, st, bl, n=1 << 16, seed=3)
+    assert pit > 2 * err  # beyond its 99% Monte Carlo bound

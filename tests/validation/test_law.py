@@ -187,3 +187,26 @@ def test_rules_that_behave_only_under_test_or_on_float64_fail_the_gate(rule, use
     code, out, _ = run_cli(["battery", "--verifier", f"tests.fingerprint_rules:{rule}", "--suite", "gate",
                             "--layers", "law", "--scale", "0.02"], capsys)
     assert code == 1 and "FAIL" in out and "L7" in out
+
+
+def test_calibration_benchmark_judges_each_seed_alone_and_at_the_suite_level():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate_law.py"
+    spec = importlib.util.spec_from_file_location("calibrate_law", path)
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    from scipy import stats
+
+    for n in (15, 200):  # more failures than the bound happen with probability <= 1e-3, the bound's do not
+        k = cal.binomial_bound(n, 1e-3)
+        assert stats.binom.sf(k, n, 1e-3) <= 1e-3 < stats.binom.sf(k - 1, n, 1e-3)
+    res = cal.calibrate("rmc", "smoke", [3, 4])
+    assert [r["seed"] for r in res["runs"]] == [3, 4]
+    for r in res["runs"]:
+        assert r["passed"] and r["min_holm_p"] > 1e-3  # an exact rule at the family-wise rate
+        # the promise at the whole suite's per-test level: smaller level, larger MDD than L7 alone
+        assert 0 < r["suite_level"] < 1e-3 / law.planned_tests(True)
+        assert 0 < r["promise_pit"] < 1 and 0 < r["promise_acc"] < 1 and r["declared_rows"] > r["rows"] / 2
+    assert "0 false failures in 2 runs" in cal.summary(res)
