@@ -112,7 +112,7 @@ def _antisymmetric(e: np.ndarray) -> np.ndarray:
     return e
 
 
-def split(x, components: int = COMPONENTS) -> list[float]:
+def split(x: "mp.mpf | float", components: int = COMPONENTS) -> list[float]:
     """An mpmath number as ``components`` float64 numbers, each the rounded remainder of the ones
     before (their sum holds ~53 ``components`` bits of x)."""
     out = []
