@@ -65,7 +65,7 @@ def test_shipped_policies_load_without_cache_or_lp(monkeypatch):
     """Fresh install: every K of SHIPPED_KS has all its min-max policies in the package data (key and
     checksum match), so neither the kernel nor acceptance() solves an LP or warns, for any K in
     2..8 (solvers patched to fail, warnings are errors)."""
-    from speccheck.theory.mcrs import core as tm
+    from speccheck.theory.mcrs import lp as mcrs_lp
     from speccheck.theory.mcrs import minmax as mm
     from speccheck.verifiers import mcrs2
 
@@ -73,7 +73,7 @@ def test_shipped_policies_load_without_cache_or_lp(monkeypatch):
         raise AssertionError("an LP was solved")
 
     monkeypatch.setattr(mm, "_solve_lp", boom)
-    monkeypatch.setattr(tm, "_solve_lp", boom)
+    monkeypatch.setattr(mcrs_lp, "solve_lp", boom)
     monkeypatch.setattr(mcrs2, "_TABLES", {})
     for K in mcrs2_data.SHIPPED_KS:
         pi, rec = mcrs2_data.stored_policies(K)
