@@ -78,9 +78,13 @@ class _MinMaxTable:
                           f"speccheck.verifiers.mcrs2_data.build_minmax_data)", RuntimeWarning, stacklevel=4)
         if _data.ON_MCRS_GRID[gi]:
             return _data.lifted_max_only(K, gi)
-        # a fine point (FINE, FINER) without its own policy: the mix of its neighbours on MCRS's grid
-        lo = int(np.nonzero(_data.ON_MCRS_GRID[:gi])[0][-1])
-        hi = gi + 1 + int(np.nonzero(_data.ON_MCRS_GRID[gi + 1:])[0][0])
+        # a fine point (FINE, FINER) without its own policy: the mix of its nearest neighbours with
+        # one (an LP policy, or a point of MCRS's grid)
+        anchor = _data.ON_MCRS_GRID.copy()
+        if self._stored is not None:
+            anchor |= np.isfinite(self._stored[1])
+        lo = int(np.nonzero(anchor[:gi])[0][-1])
+        hi = gi + 1 + int(np.nonzero(anchor[gi + 1:])[0][0])
         t = (_data.GRID[gi] - _data.GRID[lo]) / (_data.GRID[hi] - _data.GRID[lo])
         pi = (1.0 - t) * self.pi(lo) + t * self.pi(hi)
         return pi / pi.sum(axis=2, keepdims=True)
