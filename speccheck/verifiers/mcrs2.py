@@ -13,15 +13,18 @@ uses the g_pi of the policy it drew from.
 Policies. On MCRS-2's delta grid (:data:`speccheck.verifiers.mcrs2_data.GRID`: MCRS's, plus
 points every 0.0125 on [0.0375, 0.4875] and every 0.00625 on [0.125, 0.2]), a row uses the
 interpolation (1 - t) pi_lo + t pi_hi of its two neighbouring grid policies (a policy again, and
-g = (1 - t) g_lo + t g_hi). For K = 2..4 on 0 < delta <= 3, and K = 5..8 on MCRS's grid points in
-[0.05, 3] and the fine points in [0.1, 0.25], the grid policies are the checked
-min-max LP policies shipped in speccheck/data/mcrs2_policies_G8x64.npz (loaded, never solved at run
-time); delta = 0 is the uniform policy (p = phi, reflection as RMC); other MCRS grid points (RASS's
-gap < 1e-3 there) use the MCRS kernel's max-only policy (shipped) lifted to the pairs, other fine
-points the mix of their neighbours; beyond the grid the top rank. A policy missing from the
-package data falls back to the max-only one with a RuntimeWarning saying so. K outside
-:data:`speccheck.verifiers.mcrs2_data.SHIPPED_KS` (K = 1, 5..7, > 8): the MCRS kernel itself
-(MCRS's max-only policies up to K = 16, RASS's above). :meth:`MCRS2.acceptance`
+g = (1 - t) g_lo + t g_hi). At the grid points of :func:`speccheck.verifiers.mcrs2_data.minmax_indices`
+(K = 2..4: every point in (0, 3]; K = 8: MCRS's points in [0.05, 3] and the fine points in
+[0.1, 0.25]; other K up to 16: a range per K, :data:`speccheck.verifiers.mcrs2_data.MINMAX_RANGE`)
+the grid policies are the checked min-max LP policies shipped in
+speccheck/data/mcrs2_policies_G8x64.npz (loaded, never solved at run time); delta = 0 is the
+uniform policy (p = phi, reflection as RMC); other MCRS grid points (RASS's gap < 1e-3 there, or
+the max-only policy already closes >= 95% of it) use the MCRS kernel's max-only policy (shipped)
+lifted to the pairs, other fine points the mix of their nearest neighbours with a policy; beyond
+the grid the top rank. A policy missing from the package data falls back to the max-only one with
+a RuntimeWarning saying so. K outside :data:`speccheck.verifiers.mcrs2_data.SHIPPED_KS` (K = 1,
+K > 16, and any K <= 16 whose policies are not shipped): the MCRS kernel itself (MCRS's max-only
+policies up to K = 16, RASS's above). :meth:`MCRS2.acceptance`
 is the exact acceptance of the policy the kernel uses at each delta (docs/mcrs.md).
 """
 
@@ -194,12 +197,12 @@ class MCRS2(ScalarVerifier):
         self._mcrs = _mcrs.MCRS()
 
     def _delegates(self, K: int) -> bool:
-        """K without shipped min-max policies (K = 1, K > 8, and K in 2..8 outside SHIPPED_KS): the
+        """K without shipped min-max policies (K = 1, K > 16, and K in 2..16 outside SHIPPED_KS): the
         MCRS kernel (the same law and acceptance as its max-only policy lifted to the pairs)."""
         return K not in _data.SHIPPED_KS
 
     def policies(self, delta: ArrayLike, K: int) -> list:
-        """The MinMaxPolicy used at each delta (flat list), K in 2..8."""
+        """The MinMaxPolicy used at each delta (flat list), K in 2..MAX_MINMAX_K."""
         d = np.asarray(delta, np.float64).ravel()
         tbl = minmax_table(K)
         out = []
