@@ -115,6 +115,15 @@ def test_shipped_policies_close_the_target_share_on_the_grid(K):
             assert (rec[gi] - ar) / (bound - ar) >= SHARE_TARGET[K], (K, d, (rec[gi] - ar) / (bound - ar))
 
 
+def _graded_shares(d: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """(graded deltas, the kernel's share of RASS's gap to the i.i.d.-list bound there): deltas
+    with a gap > 1e-3, share = (A - A_RASS) / gap with A the exact acceptance of the policy used."""
+    ar = np.array([float(acceptance_rass(x, K)) for x in d])
+    gap = np.array([float(list_bound_iid(x, K)) for x in d]) - ar
+    graded = gap > 1e-3
+    return d[graded], (MCRS2().acceptance(d[graded], K) - ar[graded]) / gap[graded]
+
+
 @pytest.mark.parametrize("K", [2])
 def test_shipped_kernel_closes_the_target_share_between_grid_points(K):
     """Dense scan between grid points, where the kernel mixes its neighbours' policies: 7 deltas
@@ -122,29 +131,21 @@ def test_shipped_kernel_closes_the_target_share_between_grid_points(K):
     SHARE_TARGET[K] (exact acceptance of the policy used). K = 2 is the tight case: its LP policies
     close 97.01-97.03% on [0.125, 0.2] (measured minimum 97.009% at 0.166, docs/mcrs.md)."""
     grid = mcrs2_data.GRID[mcrs2_data.minmax_indices(K)]
-    d = (grid[:-1, None] + np.arange(1, 8) / 8 * np.diff(grid)[:, None]).ravel()
-    ar = np.array([float(acceptance_rass(x, K)) for x in d])
-    gap = np.array([float(list_bound_iid(x, K)) for x in d]) - ar
-    graded = gap > 1e-3
-    share = (MCRS2().acceptance(d[graded], K) - ar[graded]) / gap[graded]
-    assert graded.sum() > 300
-    assert share.min() >= SHARE_TARGET[K], (K, d[graded][np.argmin(share)], share.min())
+    graded, share = _graded_shares((grid[:-1, None] + np.arange(1, 8) / 8 * np.diff(grid)[:, None]).ravel(), K)
+    assert graded.size > 300
+    assert share.min() >= SHARE_TARGET[K], (K, graded[np.argmin(share)], share.min())
 
 
 @pytest.mark.parametrize("K", [K for K in mcrs2_data.SHIPPED_KS if K >= 5])
 def test_shipped_kernel_closes_the_target_share_at_every_graded_delta(K):
     """Issue 38.5 (K = 5..16): at every MCRS-2 grid delta in (0, 3] and halfway between neighbours
-    (where the kernel mixes their policies; inside the min-max range the grid is 0.025 apart up to
-    0.5 and 0.05 above, beyond it the max-only MCRS policy lifted to the pairs), graded where RASS's
+    (where the kernel mixes their policies: mcrs2_data.MINMAX_RANGE; beyond the range the max-only
+    MCRS policy lifted to the pairs), graded where RASS's
     gap to the i.i.d.-list bound > 1e-3, the kernel's exact acceptance closes >= 90% of that gap."""
     grid = mcrs2_data.GRID[(mcrs2_data.GRID > 0) & (mcrs2_data.GRID <= mcrs2_data.MINMAX_MAX_DELTA + 1e-9)]
-    d = np.sort(np.concatenate([grid, 0.5 * (grid[1:] + grid[:-1])]))
-    ar = np.array([float(acceptance_rass(x, K)) for x in d])
-    gap = np.array([float(list_bound_iid(x, K)) for x in d]) - ar
-    graded = gap > 1e-3
-    share = (MCRS2().acceptance(d[graded], K) - ar[graded]) / gap[graded]
-    assert graded.sum() > 100
-    assert share.min() >= SHARE_TARGET[K], (K, d[graded][np.argmin(share)], share.min())
+    graded, share = _graded_shares(np.sort(np.concatenate([grid, 0.5 * (grid[1:] + grid[:-1])])), K)
+    assert graded.size > 100
+    assert share.min() >= SHARE_TARGET[K], (K, graded[np.argmin(share)], share.min())
 
 
 @pytest.mark.parametrize("K", [1, 17, 32] + [K for K in range(2, mcrs2_data.MAX_MINMAX_K + 1)
