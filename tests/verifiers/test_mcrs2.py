@@ -64,7 +64,7 @@ def test_measured_acceptance_is_the_declared_one(K, delta):
 def test_shipped_policies_load_without_cache_or_lp(monkeypatch):
     """Fresh install: every K of SHIPPED_KS has all its min-max policies in the package data (key and
     checksum match), so neither the kernel nor acceptance() solves an LP or warns, for any K in
-    2..8 (solvers patched to fail, warnings are errors)."""
+    2..MAX_MINMAX_K (solvers patched to fail, warnings are errors)."""
     from speccheck.theory.mcrs import lp as mcrs_lp
     from speccheck.theory.mcrs import minmax as mm
     from speccheck.verifiers import mcrs2
