@@ -35,7 +35,7 @@ from speccheck.verifiers import mcrs as _mcrs
 G1, G2 = 8, 64  # min-cells x max-cells (the max-cells are the MCRS kernel's VERIFIER_G cells)
 MAX_MINMAX_K = 16  # largest K with min-max policies; above it MCRS-2 is the MCRS kernel
 # K whose min-max policies ship in the package data; MCRS-2 is the MCRS kernel for every other K.
-SHIPPED_KS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+SHIPPED_KS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 MINMAX_MIN_DELTA_LARGE_K = 0.05  # K = 8: grid points below this use the max-only policy too
 FINE_RANGE_LARGE_K = (0.1, 0.25)  # K = 8: FINE points with their own LP policy
 # K in 5..16 but 8: (first, last, fine_last): the grid deltas with a min-max LP policy are MCRS's
@@ -46,8 +46,8 @@ FINE_RANGE_LARGE_K = (0.1, 0.25)  # K = 8: FINE points with their own LP policy
 # [0.25, 0.5] and took K = 7 to 88.3% at 0.0875 (0.025 apart there: see the share test,
 # test_shipped_kernel_closes_the_target_share_at_every_graded_delta).
 MINMAX_RANGE = {5: (0.035, 0.8, 0.5), 6: (0.075, 0.8, 0.5), 7: (0.05, 0.65, 0.25), 9: (0.1, 0.7, 0.25),
-                10: (0.15, 0.7, 0.3), 11: (0.15, 0.75, 0.3), 12: (0.2, 0.75, 0.35), 13: (0.2, 0.75, 0.35),
-                14: (0.2, 0.75, 0.35), 15: (0.25, 0.8, 0.4), 16: (0.25, 0.8, 0.4)}
+                10: (0.15, 0.7, 0.3), 11: (0.15, 0.75, 0.3), 12: (0.2, 0.75, 0.4), 13: (0.2, 0.75, 0.4),
+                14: (0.2, 0.75, 0.4), 15: (0.25, 0.8, 0.45), 16: (0.25, 0.8, 0.45)}
 MINMAX_MAX_DELTA = 3.0  # grid points above this use the max-only policy (RASS's gap < ~1e-4 there)
 LAYOUT_VERSION = 2
 FINE = np.round(np.arange(0.0375, 0.49, 0.0125), 12)
