@@ -35,7 +35,7 @@ from speccheck.verifiers import mcrs as _mcrs
 G1, G2 = 8, 64  # min-cells x max-cells (the max-cells are the MCRS kernel's VERIFIER_G cells)
 MAX_MINMAX_K = 16  # largest K with min-max policies; above it MCRS-2 is the MCRS kernel
 # K whose min-max policies ship in the package data; MCRS-2 is the MCRS kernel for every other K.
-SHIPPED_KS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+SHIPPED_KS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 MINMAX_MIN_DELTA_LARGE_K = 0.05  # K = 8: grid points below this use the max-only policy too
 FINE_RANGE_LARGE_K = (0.1, 0.25)  # K = 8: FINE points with their own LP policy
 # K in 5..16 but 8: (first, last, fine_last): the grid deltas with a min-max LP policy are MCRS's
