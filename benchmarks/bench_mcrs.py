@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from speccheck.theory.mcrs import core as mcrs_theory
+from speccheck.theory import mcrs as mcrs_theory
 from speccheck.theory.rass import core as rass_theory
 from speccheck.verifiers import get
 from speccheck.verifiers.mcrs import MCRS, VERIFIER_G

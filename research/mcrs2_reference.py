@@ -2,6 +2,9 @@
 
     python -m research.mcrs2_reference            # rewrites tests/theory/data/mcrs2_acceptance_golden.csv
 
+Cells already in the file keep their values and only new cells (of shipped K) are computed: delete
+the file to recompute every cell after the policies of a K change.
+
 The policy (its piece table: edges, widths and the polynomial coefficients of g on every piece,
 which define the declared law) is read from the package; everything else is mpmath at ``DPS``
 digits with a different algorithm from :func:`speccheck.theory.mcrs.minmax.acceptance_of_minmax`:
@@ -31,6 +34,8 @@ BISECT = 140  # halvings: 2^-140 ~ 7e-43 of the bracket
 OUT = Path(__file__).resolve().parents[1] / "tests" / "theory" / "data" / "mcrs2_acceptance_golden.csv"
 CELLS = [(K, d) for K in (2, 3, 4, 8) for d in ("0.01", "0.05", "0.0751", "0.15", "0.3", "0.5", "0.77", "1", "2",
                                                  "2.95")]
+# K = 5..7, 9..16 (issue 38.5): inside the min-max range, between its grid points, at its edge
+CELLS += [(K, d) for K in (5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16) for d in ("0.2625", "0.4375", "0.79")]
 
 
 def _poly(c: list, t):
@@ -134,11 +139,22 @@ def mp_acceptance_of_minmax(delta: float, pol) -> mp.mpf:
 
 def main() -> None:
     from speccheck.verifiers.mcrs2 import MCRS2
+    from speccheck.verifiers.mcrs2_data import SHIPPED_KS
 
     v = MCRS2()
     rows = []
+    done = {}  # cells already in the file keep their values (only new cells are computed)
+    if OUT.exists():
+        with OUT.open() as fh:
+            rows_in = csv.DictReader(line for line in fh if not line.startswith("#"))
+            done = {(int(r["K"]), r["delta"]): r for r in rows_in}
     with mp.workdps(DPS):
         for K, d in CELLS:
+            if K not in SHIPPED_KS:
+                continue
+            if (K, d) in done:
+                rows.append((K, d, done[(K, d)]["acceptance"], done[(K, d)]["rejection"]))
+                continue
             pol = v.policies(np.array([float(d)]), K)[0]
             a = mp_acceptance_of_minmax(float(d), pol)
             rows.append((K, d, mp.nstr(a, 25), mp.nstr(1 - a, 25)))

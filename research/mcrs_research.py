@@ -13,16 +13,13 @@ import warnings
 import numpy as np
 from scipy import optimize, sparse, special
 
-from speccheck.theory.mcrs.core import (  # noqa: F401
-    _gl,
+from speccheck.theory.mcrs import (  # noqa: F401
     acceptance_of_policy,
-    breakpoints,
-    log_f,
     mcrs_edges,
     mcrs_policy,
-    quadrature,
     rank_coeffs,
 )
+from speccheck.theory.mcrs.quadrature import breakpoints, gauss_legendre, log_f, quadrature  # noqa: F401
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.validate import check_delta, check_K
 

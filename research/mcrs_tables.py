@@ -15,15 +15,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from research.mcrs_research import max_conditioned_bound, minmax_lp_acceptance
-from speccheck.theory.mcrs import core as _mcrs
-from speccheck.theory.mcrs.core import (
-    DEFAULT_G,
-    _acceptance_rass,
-    _list_bound_iid,
-    acceptance_of_policy,
-    gap_closed_mcrs,
-    mcrs_policy,
-)
+from speccheck.theory import acceptance_rass, list_bound_iid
+from speccheck.theory.mcrs import DEFAULT_G, acceptance_of_policy, gap_closed_mcrs, mcrs_policy
+from speccheck.theory.mcrs import lp as _lp
 
 
 def mcrs_gap_table(deltas: ArrayLike, Ks: ArrayLike, G: int = DEFAULT_G, kind: str | None = None) -> list[dict]:
@@ -131,8 +125,8 @@ def minmax_gap_table(cases: Iterable[tuple[int, float, int]] = MINMAX_CASES,
         except RuntimeError as exc:
             mm = dict(minmax_lp=float("nan"), minmax_eval=float("nan"), error=str(exc)[:80])
         dt = time.perf_counter() - t0
-        a_r = _acceptance_rass(d, K)
-        bound = _list_bound_iid(d, K)
+        a_r = float(acceptance_rass(d, K))
+        bound = float(list_bound_iid(d, K))
         gap = bound - a_r
         a_g = acceptance_of_policy(d, mcrs_policy(d, K, G))
         closed_160 = committed.get((K, d))
@@ -198,12 +192,12 @@ def class_bracket_rows(rows: list[dict], target: float = 0.90, min_gap: float = 
         # the refined LP (G = 640 at K = 4: ~80 s on a loaded core) may exceed the library's
         # per-run limit; a stopped run would fall back to the lifted coarser policy and understate
         # the class, so this measurement runs with a longer limit
-        saved = _mcrs.LP_TIME_LIMIT
-        _mcrs.LP_TIME_LIMIT = max(saved, FINE_LP_TIME_LIMIT)
+        saved = _lp.LP_TIME_LIMIT
+        _lp.LP_TIME_LIMIT = max(saved, FINE_LP_TIME_LIMIT)
         try:
             fine = gap_closed_mcrs(d, K, G_fine, r.get("layout"))
         finally:
-            _mcrs.LP_TIME_LIMIT = saved
+            _lp.LP_TIME_LIMIT = saved
         solve_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         ub = max_conditioned_bound(d, K, n_steps)

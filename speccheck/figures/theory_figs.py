@@ -87,7 +87,7 @@ def draw_acceptance(data: FigureData) -> Figure:
 # ----------------------------------------------------------------------------- figure 2
 def _mcrs_rows(cfg: FigureConfig, Ks, notes: list[str]) -> list[dict]:
     try:
-        from speccheck.theory.mcrs.core import acceptance_mcrs  # issue 7
+        from speccheck.theory.mcrs import acceptance_mcrs  # issue 7
     except Exception as exc:  # module absent or broken: the figure is drawn without MCRS
         notes.append(f"MCRS skipped: speccheck.theory.mcrs.acceptance_mcrs not importable ({exc!r})")
         return []

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from speccheck.theory.mcrs import core as _theory
+from speccheck.theory import mcrs as _theory
 from speccheck.verifiers import _cache, _residual
 from speccheck.verifiers.base import (
     ScalarVerifier,

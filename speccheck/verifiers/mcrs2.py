@@ -13,15 +13,18 @@ uses the g_pi of the policy it drew from.
 Policies. On MCRS-2's delta grid (:data:`speccheck.verifiers.mcrs2_data.GRID`: MCRS's, plus
 points every 0.0125 on [0.0375, 0.4875] and every 0.00625 on [0.125, 0.2]), a row uses the
 interpolation (1 - t) pi_lo + t pi_hi of its two neighbouring grid policies (a policy again, and
-g = (1 - t) g_lo + t g_hi). For K = 2..4 on 0 < delta <= 3, and K = 5..8 on MCRS's grid points in
-[0.05, 3] and the fine points in [0.1, 0.25], the grid policies are the checked
-min-max LP policies shipped in speccheck/data/mcrs2_policies_G8x64.npz (loaded, never solved at run
-time); delta = 0 is the uniform policy (p = phi, reflection as RMC); other MCRS grid points (RASS's
-gap < 1e-3 there) use the MCRS kernel's max-only policy (shipped) lifted to the pairs, other fine
-points the mix of their neighbours; beyond the grid the top rank. A policy missing from the
-package data falls back to the max-only one with a RuntimeWarning saying so. K outside
-:data:`speccheck.verifiers.mcrs2_data.SHIPPED_KS` (K = 1, 5..7, > 8): the MCRS kernel itself
-(MCRS's max-only policies up to K = 16, RASS's above). :meth:`MCRS2.acceptance`
+g = (1 - t) g_lo + t g_hi). At the grid points of :func:`speccheck.verifiers.mcrs2_data.minmax_indices`
+(K = 2..4: every point in (0, 3]; K = 8: MCRS's points in [0.05, 3] and the fine points in
+[0.1, 0.25]; other K up to 16: a range per K, :data:`speccheck.verifiers.mcrs2_data.MINMAX_RANGE`)
+the grid policies are the checked min-max LP policies shipped in
+speccheck/data/mcrs2_policies_G8x64.npz (loaded, never solved at run time); delta = 0 is the
+uniform policy (p = phi, reflection as RMC); other MCRS grid points (RASS's gap < 1e-3 there, or
+the max-only policy already closes >= 95% of it) use the MCRS kernel's max-only policy (shipped)
+lifted to the pairs, other fine points the mix of their nearest neighbours with a policy; beyond
+the grid the top rank. A policy missing from the package data falls back to the max-only one with
+a RuntimeWarning saying so. K outside :data:`speccheck.verifiers.mcrs2_data.SHIPPED_KS` (K = 1,
+K > 16, and any K <= 16 whose policies are not shipped): the MCRS kernel itself (MCRS's max-only
+policies up to K = 16, RASS's above). :meth:`MCRS2.acceptance`
 is the exact acceptance of the policy the kernel uses at each delta (docs/mcrs.md).
 """
 
@@ -78,9 +81,13 @@ class _MinMaxTable:
                           f"speccheck.verifiers.mcrs2_data.build_minmax_data)", RuntimeWarning, stacklevel=4)
         if _data.ON_MCRS_GRID[gi]:
             return _data.lifted_max_only(K, gi)
-        # a fine point (FINE, FINER) without its own policy: the mix of its neighbours on MCRS's grid
-        lo = int(np.nonzero(_data.ON_MCRS_GRID[:gi])[0][-1])
-        hi = gi + 1 + int(np.nonzero(_data.ON_MCRS_GRID[gi + 1:])[0][0])
+        # a fine point (FINE, FINER) without its own policy: the mix of its nearest neighbours with
+        # one (an LP policy, or a point of MCRS's grid)
+        anchor = _data.ON_MCRS_GRID.copy()
+        if self._stored is not None:
+            anchor |= np.isfinite(self._stored[1])
+        lo = int(np.nonzero(anchor[:gi])[0][-1])
+        hi = gi + 1 + int(np.nonzero(anchor[gi + 1:])[0][0])
         t = (_data.GRID[gi] - _data.GRID[lo]) / (_data.GRID[hi] - _data.GRID[lo])
         pi = (1.0 - t) * self.pi(lo) + t * self.pi(hi)
         return pi / pi.sum(axis=2, keepdims=True)
@@ -190,12 +197,12 @@ class MCRS2(ScalarVerifier):
         self._mcrs = _mcrs.MCRS()
 
     def _delegates(self, K: int) -> bool:
-        """K without shipped min-max policies (K = 1, K > 8, and K in 2..8 outside SHIPPED_KS): the
+        """K without shipped min-max policies (K = 1, K > 16, and K in 2..16 outside SHIPPED_KS): the
         MCRS kernel (the same law and acceptance as its max-only policy lifted to the pairs)."""
         return K not in _data.SHIPPED_KS
 
     def policies(self, delta: ArrayLike, K: int) -> list:
-        """The MinMaxPolicy used at each delta (flat list), K in 2..8."""
+        """The MinMaxPolicy used at each delta (flat list), K in 2..MAX_MINMAX_K."""
         d = np.asarray(delta, np.float64).ravel()
         tbl = minmax_table(K)
         out = []
@@ -217,12 +224,15 @@ class MCRS2(ScalarVerifier):
             return self._mcrs.acceptance(d, K)
         flat = d.ravel()
         out = np.empty(flat.shape)
-        # above the last min-max grid point both bracketing policies are the max-only MCRS policy
-        # lifted to the pairs (or the top rank): the MCRS kernel's law, whose declaration evaluates
-        # its density exactly (the min-max table is a per-piece polynomial fit, ~1e-13 absolute:
-        # at K = 8, delta >= 30 it declared 2.2e-39 against a true value below 1e-50)
+        # above MINMAX_MAX_DELTA both bracketing policies are the max-only MCRS policy lifted to the
+        # pairs (or the top rank): the MCRS kernel's law, whose declaration evaluates its density
+        # exactly (the min-max table is a per-piece polynomial fit, ~1e-13 absolute: at K = 8,
+        # delta >= 30 it declared 2.2e-39 against a true value below 1e-50). Below it the min-max
+        # evaluation is used even where both policies are lifted max-only ones (K >= 5 above its
+        # MINMAX_RANGE): its crossing search finds the close pairs that MCRS's scan can miss (K = 7,
+        # delta = 0.79: MCRS's declaration is 4.3e-8 above the 40-digit evaluation of the same law)
         lo, _, _ = _data.grid_bracket(flat)
-        max_only = lo > int(_data.minmax_indices(K)[-1])
+        max_only = lo > int(np.nonzero(_data.GRID <= _data.MINMAX_MAX_DELTA + 1e-9)[0][-1])
         if max_only.any():
             out[max_only] = self._mcrs.acceptance(flat[max_only], K)
         rest = np.nonzero(~max_only)[0]

@@ -10,11 +10,12 @@ step 0.0125 the loss falls ~16-fold. FINER is where K = 2's LP policies themselv
 (96.988% at 0.168); at step 0.00625 the minimum is the LP's own, 97.009% at 0.16875.
 
 Layout per K (2..:data:`MAX_MINMAX_K`): ``K{K}`` shape (TOP, G1, G2, K), NaN where the grid
-point has no min-max policy (delta = 0, delta > :data:`MINMAX_MAX_DELTA`, MCRS grid points below
-0.05 for K >= 5: the kernel then uses the max-only MCRS policy lifted to the pairs; a FINE or
-FINER point without one: the mix of its neighbours'); ``checked_K{K}`` the exact acceptance each
-stored policy passed its check with; ``layout_K{K}`` the layout key (from the definition only: version, cells,
-K, grid in units of 0.00005); ``sha_K{K}`` a sha256 of both arrays, verified on load.
+point has no min-max policy (delta = 0, delta > :data:`MINMAX_MAX_DELTA`, points outside
+:func:`minmax_indices`: the kernel then uses the max-only MCRS policy lifted to the pairs at MCRS's
+grid points, and at a FINE or FINER point the mix of its nearest neighbours with a policy);
+``checked_K{K}`` the exact acceptance each stored policy passed its check with; ``layout_K{K}`` the
+layout key (from the definition only: version, cells, K, grid in units of 0.00005); ``sha_K{K}`` a
+sha256 of both arrays, verified on load.
 """
 
 from __future__ import annotations
@@ -32,12 +33,21 @@ from speccheck.theory.mcrs import minmax as _mm
 from speccheck.verifiers import mcrs as _mcrs
 
 G1, G2 = 8, 64  # min-cells x max-cells (the max-cells are the MCRS kernel's VERIFIER_G cells)
-MAX_MINMAX_K = 8  # largest K with min-max policies; above it MCRS-2 is the MCRS kernel
-# K whose min-max policies ship in the package data; MCRS-2 is the MCRS kernel for every other K
-# (K = 5..7: not built yet, ~1 h of LPs each on a loaded 2-core machine; build_minmax_data does it).
-SHIPPED_KS = (2, 3, 4, 8)
-MINMAX_MIN_DELTA_LARGE_K = 0.05  # K >= 5: grid points below this use the max-only policy too
-FINE_RANGE_LARGE_K = (0.1, 0.25)  # K >= 5: FINE points with their own LP policy
+MAX_MINMAX_K = 16  # largest K with min-max policies; above it MCRS-2 is the MCRS kernel
+# K whose min-max policies ship in the package data; MCRS-2 is the MCRS kernel for every other K.
+SHIPPED_KS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+MINMAX_MIN_DELTA_LARGE_K = 0.05  # K = 8: grid points below this use the max-only policy too
+FINE_RANGE_LARGE_K = (0.1, 0.25)  # K = 8: FINE points with their own LP policy
+# K in 5..16 but 8: (first, last, fine_last): the grid deltas with a min-max LP policy are MCRS's
+# grid points (0.05 apart) in [first, last] and the FINE points at multiples of 0.025 in
+# [first, fine_last]. Below `first` RASS's gap to the list bound is < 1e-3; above `last` the max-only
+# MCRS kernel alone closes >= 95% of it (measured on the grid and its midpoints:
+# research.mcrs2_tables). Mixing LP policies 0.05 apart lost up to 5 points of share at K = 8 on
+# [0.25, 0.5] and took K = 7 to 88.3% at 0.0875 (0.025 apart there: see the share test,
+# test_shipped_kernel_closes_the_target_share_at_every_graded_delta).
+MINMAX_RANGE = {5: (0.035, 0.8, 0.5), 6: (0.075, 0.8, 0.5), 7: (0.05, 0.65, 0.25), 9: (0.1, 0.7, 0.25),
+                10: (0.15, 0.7, 0.3), 11: (0.15, 0.75, 0.3), 12: (0.2, 0.75, 0.4), 13: (0.2, 0.75, 0.4),
+                14: (0.2, 0.75, 0.4), 15: (0.25, 0.8, 0.45), 16: (0.25, 0.8, 0.45)}
 MINMAX_MAX_DELTA = 3.0  # grid points above this use the max-only policy (RASS's gap < ~1e-4 there)
 LAYOUT_VERSION = 2
 FINE = np.round(np.arange(0.0375, 0.49, 0.0125), 12)
@@ -67,12 +77,19 @@ def checksum(pi: np.ndarray, checked: np.ndarray) -> str:
 
 def minmax_indices(K: int) -> np.ndarray:
     """GRID indices that get a min-max LP policy: 0 < delta <= MINMAX_MAX_DELTA for K <= 4; for
-    K >= 5 MCRS's grid points in [MINMAX_MIN_DELTA_LARGE_K, MINMAX_MAX_DELTA] (below it RASS's gap
+    K = 8 MCRS's grid points in [MINMAX_MIN_DELTA_LARGE_K, MINMAX_MAX_DELTA] (below it RASS's gap
     is < 1e-3 while the LP is degenerate and takes minutes) and the FINE and FINER points in
-    FINE_RANGE_LARGE_K (where RASS's gap passes 1e-3 and mixing 0.05 apart lost up to 5 points at
-    K = 8); other FINE points mix their neighbours."""
+    FINE_RANGE_LARGE_K (where RASS's gap passes 1e-3 and mixing 0.05 apart lost up to 5 points);
+    other FINE points mix their neighbours. Other K in 5..16: MCRS's grid points and the multiples
+    of 0.025 in the ranges of :data:`MINMAX_RANGE`; none above :data:`MAX_MINMAX_K`."""
     if K <= 4:
         return np.nonzero((GRID > 0.0) & (GRID <= MINMAX_MAX_DELTA + 1e-9))[0]
+    if K in MINMAX_RANGE:
+        lo, hi, fine_hi = MINMAX_RANGE[K]
+        on_step = (np.abs(GRID / 0.025 - np.rint(GRID / 0.025)) < 1e-9) & (GRID < fine_hi + 1e-9)
+        return np.nonzero((ON_MCRS_GRID | on_step) & (GRID > lo - 1e-9) & (GRID < hi + 1e-9))[0]
+    if K != 8:
+        return np.zeros(0, np.int64)
     lo, hi = FINE_RANGE_LARGE_K
     fine = (GRID > lo - 1e-9) & (GRID < hi + 1e-9)
     return np.nonzero((ON_MCRS_GRID | fine) & (GRID > MINMAX_MIN_DELTA_LARGE_K - 1e-9)
@@ -127,13 +144,22 @@ def lifted_max_only(K: int, gi: int) -> np.ndarray:
     return _mm.lift_max_policy(pi, G1)
 
 
+def build_n_target(K: int) -> int:
+    """Target quantiles of the min-max LP's quadrature that the shipped policies of K were solved
+    with: 96 for K = 2..6 and 8; 40 for K = 7 and 9..16 (K = 12, delta = 0.3: share of RASS's gap
+    96.42% against 96.44% at 96, with 2.2M instead of 3.6M nonzeros and 0.56x the CPU). Every policy
+    is checked exactly."""
+    return 96 if K <= 6 or K == 8 else 40
+
+
 def build_minmax_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLike | None = None,
-                      log: Callable[[str], None] = print) -> Path:
+                      log: Callable[[str], None] = print, n_target: int | None = None) -> Path:
     """Solve and check the min-max policies of each K at every grid point of :func:`minmax_indices`
     (or those nearest ``deltas``), merged into the npz at ``path`` (rewritten after every point,
     so an interrupted build keeps its progress; points already stored are kept). Each policy is
     the LP's if its exact acceptance reaches the lifted max-only MCRS policy's, else the latter
-    (:func:`speccheck.theory.mcrs.minmax.minmax_policy`)."""
+    (:func:`speccheck.theory.mcrs.minmax.minmax_policy`). ``n_target``: the LP's target quantiles
+    (None: :func:`build_n_target`)."""
     data: dict = {}
     if Path(path).exists():
         with np.load(path) as z:
@@ -157,7 +183,8 @@ def build_minmax_data(Ks: ArrayLike, path: Path = PACKAGE_DATA, deltas: ArrayLik
             t0 = time.perf_counter()
             d = float(GRID[gi])
             ref = lifted_max_only(K, gi)
-            pol = _mm.minmax_policy(d, K, G1, G2, references=(ref,))
+            n_t = build_n_target(K) if n_target is None else int(n_target)
+            pol = _mm.minmax_policy(d, K, G1, G2, references=(ref,), n_target=n_t)
             pi[gi], rec[gi] = pol.pi, _mm.acceptance_of_minmax(d, pol)
             source = "max-only (LP lost)" if np.array_equal(pol.pi, ref) else "min-max LP"
             data[f"K{K}"], data[f"checked_K{K}"] = pi, rec

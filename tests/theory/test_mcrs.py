@@ -151,7 +151,7 @@ def test_richer_policy_design_matrices_are_selection_laws(K):
     # whose bin masses match a Monte Carlo of the rule (|z| < 5.3 on each of <= 200 bins in all:
     # false-failure rate < 3e-5).
     from research.mcrs_research import _design_matrix_minmax, _design_matrix_top2, minmax_edges
-    from speccheck.theory.mcrs.core import breakpoints, quadrature
+    from speccheck.theory.mcrs.quadrature import breakpoints, quadrature
 
     G = 5
     lo, lobar, hi, hibar = minmax_edges(K, G)
@@ -247,11 +247,12 @@ def test_small_delta_lp_is_solved_by_interior_point_and_checked():
     at most nodes); dual simplex and the interior point's crossover to a vertex stalled on it
     (K = 16, delta = 0.05, G = 64: 308 s, past the time limit). The first attempt is HiGHS's
     interior point without crossover; its policy passes the exact check and beats RASS."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import lp
 
     assert m.LP_ATTEMPTS[0][1] == "ipm"
     delta, K, G = 0.005, 8, 32
-    pol = m._solve_lp(delta, K, G, 96)
+    pol = lp.solve_lp(delta, K, G, 96)
     acc = m.acceptance_of_policy(delta, pol)
     assert acc >= m.check_level(delta, K, G)
     assert acc > float(acceptance_rass(delta, K))
@@ -261,16 +262,17 @@ def test_small_delta_lp_is_solved_by_interior_point_and_checked():
 def test_a_failed_interior_point_falls_back_to_simplex(monkeypatch):
     """When an attempt returns no solution the next one runs: here every interior-point run
     fails, the dual-simplex attempt solves, and its policy passes the check."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import lp
 
-    real = m._highs_solve
+    real = lp.highs_solve
     methods = []
 
     def ipm_fails(cost, A_ub, A_eq, bounds, method):
         methods.append(method)
         return (None, "forced failure") if method == "ipm" else real(cost, A_ub, A_eq, bounds, method)
 
-    monkeypatch.setattr(m, "_highs_solve", ipm_fails)
+    monkeypatch.setattr(lp, "highs_solve", ipm_fails)
     delta, K, G = 0.7071, 2, 8  # a delta no other test caches
     pol = m.checked_policy(delta, K, G)
     assert "simplex" in methods
@@ -282,9 +284,10 @@ def test_a_solve_stopped_by_the_time_limit_still_returns_a_checked_policy(monkey
     """Bounded time: with a time limit far too short for HiGHS every attempt stops early; the
     returned policy is an LP iterate that passes the exact check or the best reference policy
     (RASS's weights or the coarser grid's), never an unchecked one."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import lp
 
-    monkeypatch.setattr(m, "LP_TIME_LIMIT", 1e-4)
+    monkeypatch.setattr(lp, "LP_TIME_LIMIT", 1e-4)
     delta, K, G = 0.3123, 4, 16
     pol = m.checked_policy(delta, K, G)
     assert m.acceptance_of_policy(delta, pol) >= m.check_level(delta, K, G)
@@ -335,7 +338,7 @@ def test_cell_placements_nest_and_are_accurate_at_the_top(kind):
 
 def test_default_placement_is_the_kernels():
     """The kernel's shipped policies are stored for GRID_KIND's edges: the default must not move."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
 
     assert m.GRID_KIND == "chebyshev"
     a, _ = m.mcrs_edges(4, 64)
@@ -350,7 +353,7 @@ def test_sine_cells_close_more_of_the_gap_at_small_delta():
     """Issue 13.3 (K = 4, delta = 0.05): the optimal policy switches ranks at m ~ 0.05-0.3, where
     the max-law cells are wide. On the same 16 cells the "sine" placement closes 85.5% of RASS's
     gap against 78.7% for "chebyshev" (measured; deterministic LPs), and its policy is checked."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
 
     cheb = m.gap_closed_mcrs(0.05, 4, 16)
     sine = m.gap_closed_mcrs(0.05, 4, 16, kind="sine")
@@ -434,11 +437,12 @@ def test_moment_form_is_the_same_lp_as_the_dense_form(monkeypatch, delta, K):
     """The sparse moment form (used above MOMENT_FORM_ABOVE_G cells) writes the same LP as the
     dense design: on the same 24 cells both reach the same objective and their policies the
     same exact acceptance (to HiGHS's interior-point tolerances)."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import lp
 
-    dense = m._solve_lp(delta, K, 24, 96, kind="sine")
-    monkeypatch.setattr(m, "MOMENT_FORM_ABOVE_G", 0)
-    moment = m._solve_lp(delta, K, 24, 96, kind="sine")
+    dense = lp.solve_lp(delta, K, 24, 96, kind="sine")
+    monkeypatch.setattr(lp, "MOMENT_FORM_ABOVE_G", 0)
+    moment = lp.solve_lp(delta, K, 24, 96, kind="sine")
     assert moment.lp_acceptance == pytest.approx(dense.lp_acceptance, abs=2e-7)
     assert m.acceptance_of_policy(delta, moment) == pytest.approx(m.acceptance_of_policy(delta, dense), abs=2e-7)
 
@@ -451,7 +455,7 @@ def test_issue13_target_cell_k4_delta01_reaches_90_percent():
     max-conditioned policy."""
     from research.mcrs_research import max_conditioned_bound
     from research.mcrs_tables import GAP_TABLE_KIND, gap_table_G
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
 
     row = m.gap_closed_mcrs(0.1, 4, gap_table_G(4), GAP_TABLE_KIND)
     assert row["G"] == 1280 and row["layout"] == "sine"
@@ -467,7 +471,8 @@ def test_moment_form_with_unscaled_moments_regression(delta, K):
     check fell back to RASS. As scaled moments (M / moment of pi = 1, in [0, 1]) the LP solves and
     its policy beats RASS by far (measured: K = 8, delta = 2: 0.6673 vs 0.6607; K = 6, delta = 0.6:
     0.99907 vs 0.98223)."""
-    from speccheck.theory.mcrs import core as m
+    from speccheck.theory import mcrs as m
+    from speccheck.theory.mcrs import lp
 
-    pol = m._solve_lp(delta, K, 160, 96, kind="sine")
+    pol = lp.solve_lp(delta, K, 160, 96, kind="sine")
     assert m.acceptance_of_policy(delta, pol) > float(acceptance_rass(delta, K)) + 0.005

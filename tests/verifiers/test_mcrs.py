@@ -75,7 +75,7 @@ def test_mixed_batch_and_residual_law(mcrs):
 
 def _residual_cdf(pol, delta: float):
     """t -> int_{-inf}^t (q - p)_+ / (1 - a), exact on the theory's crossing pieces of ``pol``."""
-    from speccheck.theory.mcrs.core import _g_mass, _pieces
+    from speccheck.theory.mcrs.acceptance import _g_mass, _pieces
 
     pieces = list(_pieces(pol, delta))
     a = acceptance_of_policy(delta, pol)
@@ -188,7 +188,7 @@ def test_shipped_policies_match_the_layout_and_a_fresh_solve(monkeypatch):
     whole grid, on the current grid and cell edges (else it is ignored), rows on the simplex;
     the recorded check acceptance is the stored policy's exact acceptance; one stored policy
     equals a fresh LP solve (so the file is not stale); a table built from it never calls the LP."""
-    from speccheck.theory.mcrs import core as theory_mcrs
+    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.verifiers import mcrs as mod
 
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", "")  # the package data alone
@@ -221,14 +221,14 @@ def test_above_max_policy_k_mcrs_is_rass_with_no_lp(monkeypatch, K):
     kernel is RASS's: same seed, same outputs, and the declared acceptance is RASS's exact
     acceptance at the weights used; no MCRS LP is ever solved (no multi-minute solve inside a
     battery run at any K in 1..64)."""
-    from speccheck.theory.mcrs import core as theory_mcrs
+    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.verifiers import mcrs as mod
     from speccheck.verifiers.rass import RASS
 
     def boom(*a, **k):
         raise AssertionError("MCRS LP solved for K > MAX_POLICY_K")
 
-    monkeypatch.setattr(theory_mcrs, "_solve_lp", boom)
+    monkeypatch.setattr(theory_mcrs.lp, "solve_lp", boom)
     monkeypatch.setattr(theory_mcrs, "mcrs_policy", boom)
     assert K > mod.MAX_POLICY_K and has_policies([0.001, 1.0, 30.0], K)
     n = 4096
@@ -245,7 +245,7 @@ def test_above_max_policy_k_mcrs_is_rass_with_no_lp(monkeypatch, K):
 
 
 def test_stored_policies_are_used_without_solving(monkeypatch, tmp_path):
-    from speccheck.theory.mcrs import core as theory_mcrs
+    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.verifiers import mcrs as mod
 
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
@@ -262,7 +262,7 @@ def test_stored_policies_are_used_without_solving(monkeypatch, tmp_path):
 def test_solved_policies_go_to_the_user_cache(monkeypatch, tmp_path):
     """A K the package does not ship is solved once and saved under $SPECCHECK_CACHE_DIR; a new
     table (a new process) then reads it back instead of solving."""
-    from speccheck.theory.mcrs import core as theory_mcrs
+    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.verifiers import mcrs as mod
 
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
@@ -328,8 +328,8 @@ def test_kernel_acceptance_matches_acceptance_mcrs_within_5_se(delta, K):
 def test_an_unchecked_stored_policy_that_fails_the_check_is_never_used(monkeypatch, tmp_path):
     """A stored policy without a check record is checked on first use; RASS's constant policy
     stored at K = 2, delta = 0.2 (what a degraded LP once shipped) fails it and is re-solved."""
+    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.theory import rank_weights
-    from speccheck.theory.mcrs import core as theory_mcrs
     from speccheck.verifiers import mcrs as mod
 
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", str(tmp_path))
@@ -425,23 +425,23 @@ def test_package_data_key_depends_on_the_definition_only(monkeypatch):
     differ across numpy builds): the layout key is built from the grid in integer thousandths, K, G
     and the placement; the stored edges must agree to EDGES_ATOL; a changed byte of a policy
     (checksum) or edges off by more than EDGES_ATOL make the entry ignored, never used."""
-    from speccheck.theory.mcrs import core as theory_mcrs
+    from speccheck.theory import mcrs as theory_mcrs
     from speccheck.verifiers import mcrs as mod
 
     monkeypatch.setenv("SPECCHECK_CACHE_DIR", "")
     with np.load(mod.PACKAGE_DATA) as z:
         data = {k: z[k] for k in z.files}
     assert mod._package_entry(data, 4, mod.VERIFIER_G) is not None
-    real = theory_mcrs.mcrs_edges
+    real = theory_mcrs.kernel.mcrs_edges
     # last-bit differences in the computed edges (another libm): still loaded
-    monkeypatch.setattr(theory_mcrs, "mcrs_edges", lambda K, G, kind=None: tuple(
+    monkeypatch.setattr(theory_mcrs.kernel, "mcrs_edges", lambda K, G, kind=None: tuple(
         np.clip(x * (1 + 4e-16), 0, 1) for x in real(K, G, kind)))
     assert mod._package_entry(data, 4, mod.VERIFIER_G) is not None
     # edges that really differ: ignored
-    monkeypatch.setattr(theory_mcrs, "mcrs_edges", lambda K, G, kind=None: tuple(
+    monkeypatch.setattr(theory_mcrs.kernel, "mcrs_edges", lambda K, G, kind=None: tuple(
         np.clip(x * (1 + 1e-9), 0, 1) for x in real(K, G, kind)))
     assert mod._package_entry(data, 4, mod.VERIFIER_G) is None
-    monkeypatch.setattr(theory_mcrs, "mcrs_edges", real)
+    monkeypatch.setattr(theory_mcrs.kernel, "mcrs_edges", real)
     bad = dict(data)
     bad["K4"] = data["K4"].copy()
     bad["K4"][5, 3, 1] += 1e-12

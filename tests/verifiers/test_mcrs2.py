@@ -64,8 +64,8 @@ def test_measured_acceptance_is_the_declared_one(K, delta):
 def test_shipped_policies_load_without_cache_or_lp(monkeypatch):
     """Fresh install: every K of SHIPPED_KS has all its min-max policies in the package data (key and
     checksum match), so neither the kernel nor acceptance() solves an LP or warns, for any K in
-    2..8 (solvers patched to fail, warnings are errors)."""
-    from speccheck.theory.mcrs import core as tm
+    2..MAX_MINMAX_K (solvers patched to fail, warnings are errors)."""
+    from speccheck.theory.mcrs import lp as mcrs_lp
     from speccheck.theory.mcrs import minmax as mm
     from speccheck.verifiers import mcrs2
 
@@ -73,7 +73,7 @@ def test_shipped_policies_load_without_cache_or_lp(monkeypatch):
         raise AssertionError("an LP was solved")
 
     monkeypatch.setattr(mm, "_solve_lp", boom)
-    monkeypatch.setattr(tm, "_solve_lp", boom)
+    monkeypatch.setattr(mcrs_lp, "solve_lp", boom)
     monkeypatch.setattr(mcrs2, "_TABLES", {})
     for K in mcrs2_data.SHIPPED_KS:
         pi, rec = mcrs2_data.stored_policies(K)
@@ -102,7 +102,7 @@ def test_recorded_acceptance_is_the_exact_one():
 
 # The targets of issue 29.3 on the shipped tables, at every grid delta with RASS's gap to the
 # i.i.d.-list bound > 1e-3: share closed >= TARGET[K] (measured minima in docs/mcrs.md).
-SHARE_TARGET = {2: 0.97, 3: 0.97, 4: 0.97, 8: 0.90}
+SHARE_TARGET = {K: 0.97 if K <= 4 else 0.90 for K in mcrs2_data.SHIPPED_KS}
 
 
 @pytest.mark.parametrize("K", sorted(SHARE_TARGET))
@@ -115,6 +115,15 @@ def test_shipped_policies_close_the_target_share_on_the_grid(K):
             assert (rec[gi] - ar) / (bound - ar) >= SHARE_TARGET[K], (K, d, (rec[gi] - ar) / (bound - ar))
 
 
+def _graded_shares(d: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """(graded deltas, the kernel's share of RASS's gap to the i.i.d.-list bound there): deltas
+    with a gap > 1e-3, share = (A - A_RASS) / gap with A the exact acceptance of the policy used."""
+    ar = np.array([float(acceptance_rass(x, K)) for x in d])
+    gap = np.array([float(list_bound_iid(x, K)) for x in d]) - ar
+    graded = gap > 1e-3
+    return d[graded], (MCRS2().acceptance(d[graded], K) - ar[graded]) / gap[graded]
+
+
 @pytest.mark.parametrize("K", [2])
 def test_shipped_kernel_closes_the_target_share_between_grid_points(K):
     """Dense scan between grid points, where the kernel mixes its neighbours' policies: 7 deltas
@@ -122,19 +131,28 @@ def test_shipped_kernel_closes_the_target_share_between_grid_points(K):
     SHARE_TARGET[K] (exact acceptance of the policy used). K = 2 is the tight case: its LP policies
     close 97.01-97.03% on [0.125, 0.2] (measured minimum 97.009% at 0.166, docs/mcrs.md)."""
     grid = mcrs2_data.GRID[mcrs2_data.minmax_indices(K)]
-    d = (grid[:-1, None] + np.arange(1, 8) / 8 * np.diff(grid)[:, None]).ravel()
-    ar = np.array([float(acceptance_rass(x, K)) for x in d])
-    gap = np.array([float(list_bound_iid(x, K)) for x in d]) - ar
-    graded = gap > 1e-3
-    share = (MCRS2().acceptance(d[graded], K) - ar[graded]) / gap[graded]
-    assert graded.sum() > 300
-    assert share.min() >= SHARE_TARGET[K], (K, d[graded][np.argmin(share)], share.min())
+    graded, share = _graded_shares((grid[:-1, None] + np.arange(1, 8) / 8 * np.diff(grid)[:, None]).ravel(), K)
+    assert graded.size > 300
+    assert share.min() >= SHARE_TARGET[K], (K, graded[np.argmin(share)], share.min())
 
 
-@pytest.mark.parametrize("K", [1, 5, 9, 16])
+@pytest.mark.parametrize("K", [K for K in mcrs2_data.SHIPPED_KS if K >= 5])
+def test_shipped_kernel_closes_the_target_share_at_every_graded_delta(K):
+    """Issue 38.5 (K = 5..16): at every MCRS-2 grid delta in (0, 3] and halfway between neighbours
+    (where the kernel mixes their policies: mcrs2_data.MINMAX_RANGE; beyond the range the max-only
+    MCRS policy lifted to the pairs), graded where RASS's
+    gap to the i.i.d.-list bound > 1e-3, the kernel's exact acceptance closes >= 90% of that gap."""
+    grid = mcrs2_data.GRID[(mcrs2_data.GRID > 0) & (mcrs2_data.GRID <= mcrs2_data.MINMAX_MAX_DELTA + 1e-9)]
+    graded, share = _graded_shares(np.sort(np.concatenate([grid, 0.5 * (grid[1:] + grid[:-1])])), K)
+    assert graded.size > 100
+    assert share.min() >= SHARE_TARGET[K], (K, graded[np.argmin(share)], share.min())
+
+
+@pytest.mark.parametrize("K", [1, 17, 32] + [K for K in range(2, mcrs2_data.MAX_MINMAX_K + 1)
+                                             if K not in mcrs2_data.SHIPPED_KS])
 def test_without_shipped_min_max_policies_it_is_the_mcrs_kernel(K):
-    """K outside SHIPPED_KS (1, 5..7, > 8): the MCRS kernel itself (same seed, same outputs; same
-    declared acceptance)."""
+    """K outside SHIPPED_KS (1, > 16, and any K <= 16 not shipped): the MCRS kernel itself (same
+    seed, same outputs; same declared acceptance)."""
     d = torch.full((256,), 0.7, dtype=torch.float64)
     s = torch.randn(256, K, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     a = MCRS2().verify(d, s, torch.Generator().manual_seed(2))

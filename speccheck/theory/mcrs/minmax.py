@@ -43,7 +43,10 @@ from scipy import optimize, sparse, special
 
 from speccheck.errors import InputError
 from speccheck.theory.exact import DELTA_UNDERFLOW
-from speccheck.theory.mcrs.core import breakpoints, log_f, mcrs_edges, quadrature
+from speccheck.theory.mcrs.acceptance import S_HI_PAD, S_LO
+from speccheck.theory.mcrs.cells import mcrs_edges
+from speccheck.theory.mcrs.policies import CHECK_RTOL
+from speccheck.theory.mcrs.quadrature import breakpoints, log_f, quadrature
 from speccheck.theory.normal import normal_mass
 from speccheck.theory.roots import brentq_many
 from speccheck.theory.validate import check_delta, check_K
@@ -58,8 +61,7 @@ __all__ = [
     "pair_probabilities",
 ]
 
-LP_TIME_LIMIT = 120.0  # seconds per HiGHS run
-CHECK_RTOL = 1e-6  # as speccheck.theory.mcrs.CHECK_RTOL
+MINMAX_LP_TIME_LIMIT = 120.0  # seconds per HiGHS run of the min-max LP (larger than MCRS's)
 FIT_ATOL = 1e-11  # largest accepted error of the piece polynomials at check nodes (times max(1, |g|))
 
 
@@ -250,7 +252,6 @@ def uniform_minmax(K: int, G1: int, G2: int) -> MinMaxPolicy:
 
 
 # ----------------------------------------------------------------------------- exact evaluation
-_S_LO, _S_HI_PAD = -40.0, 40.0
 _N_SCAN = 256  # per piece: uniform in s and uniform in u
 _EDGE_SCAN = np.geomspace(1e-14, 0.25, 64)  # per piece end: relative distances, log-spaced
 _GOLDEN_STEPS = 80  # golden-section steps on a dip (shrinks its bracket by 0.618^80 ~ 2e-17)
@@ -366,8 +367,8 @@ def _acceptance_cached(d: float, pol: MinMaxPolicy) -> float:
         return 1.0 if np.allclose(pol.pi, 1.0 / pol.K) else _acceptance_zero(pol)
     if d > DELTA_UNDERFLOW:  # every acceptance is < 1e-340 (and delta^2 may overflow): 0 in double
         return 0.0
-    lo = np.maximum(_edge_s(pol.eu[:-1], pol.ey[:-1]), _S_LO)
-    hi = np.minimum(_edge_s(pol.eu[1:], pol.ey[1:]), d + _S_HI_PAD)
+    lo = np.maximum(_edge_s(pol.eu[:-1], pol.ey[:-1]), S_LO)
+    hi = np.minimum(_edge_s(pol.eu[1:], pol.ey[1:]), d + S_HI_PAD)
     piece = np.nonzero(hi > lo)[0]
     lo, hi = lo[piece], hi[piece]
     ss = _scan(lo, hi)
@@ -425,7 +426,7 @@ def _solve_lp(delta: float, K: int, G1: int, G2: int, n_target: int, crossover: 
     A_eq = sparse.hstack([sparse.kron(sparse.identity(T), np.ones((1, K))), sparse.csr_matrix((T, M))], format="csr")
     bounds = np.concatenate([np.column_stack([np.zeros(T * K), np.repeat(P[live], K)]),
                              np.column_stack([np.zeros(M), f])])
-    options = {"time_limit": LP_TIME_LIMIT}
+    options = {"time_limit": MINMAX_LP_TIME_LIMIT}
     if not crossover:
         options["run_crossover"] = "off"
     with warnings.catch_warnings():
