@@ -59,6 +59,7 @@ class _MinMaxTable:
         self.policies: dict[int, _mm.MinMaxPolicy] = {}
         self.version = 0
         self.torch: dict[str, tuple[int, dict]] = {}
+        self.declared: dict[float, float] = {}  # delta -> min-max acceptance (mixed policies are new objects)
         self._stored = _data.stored_policies(K)
         self._warned = False
 
@@ -103,6 +104,24 @@ class _MinMaxTable:
                 self.version += 1
         return self.policies[gi]
 
+    def policy_at(self, delta: float, lo: int, hi: int, t: float) -> _mm.MinMaxPolicy:
+        """The policy at delta between GRID points lo and hi (weight t on hi)."""
+        p_lo = self.policy(lo)
+        return p_lo if t == 0.0 else _mm.mix_policies(p_lo, self.policy(hi), t, delta)
+
+    def acceptance(self, delta: float, lo: int, hi: int, t: float) -> float:
+        """int min(q, p_pi) at delta, evaluated once per delta (a sampler or the battery asks for
+        the same deltas many times; each evaluation is a crossing search of ~20-60 ms)."""
+        with _LOCK:
+            hit = self.declared.get(delta)
+        if hit is None:
+            hit = 1.0 if delta == 0 else _mm.acceptance_of_minmax(delta, self.policy_at(delta, lo, hi, t))
+            with _LOCK:
+                if len(self.declared) >= DECLARED_CACHE:
+                    self.declared.clear()
+                self.declared[delta] = hit
+        return hit
+
     def tables(self, used: np.ndarray, device) -> dict:
         """Torch tables for all built grid points: slot[grid index] -> row of coef/cum."""
         for gi in np.unique(used):
@@ -141,6 +160,7 @@ class _MinMaxTable:
 
 
 _TABLES: dict[int, _MinMaxTable] = {}
+DECLARED_CACHE = 1 << 16  # deltas whose declared acceptance a table keeps (then it starts afresh)
 
 
 def minmax_table(K: int) -> _MinMaxTable:
@@ -205,14 +225,7 @@ class MCRS2(ScalarVerifier):
         """The MinMaxPolicy used at each delta (flat list), K in 2..MAX_MINMAX_K."""
         d = np.asarray(delta, np.float64).ravel()
         tbl = minmax_table(K)
-        out = []
-        for x, lo, hi, t in zip(d, *_data.grid_bracket(d)):
-            p_lo = tbl.policy(int(lo))
-            if t == 0.0:
-                out.append(p_lo)
-                continue
-            out.append(_mm.mix_policies(p_lo, tbl.policy(int(hi)), float(t), float(x)))
-        return out
+        return [tbl.policy_at(float(x), int(lo), int(hi), float(t)) for x, lo, hi, t in zip(d, *_data.grid_bracket(d))]
 
     def acceptance(self, delta: ArrayLike, K: int) -> np.ndarray:
         """Exact integral min(q, p_pi) of the policy this kernel uses, per delta."""
@@ -231,13 +244,13 @@ class MCRS2(ScalarVerifier):
         # evaluation is used even where both policies are lifted max-only ones (K >= 5 above its
         # MINMAX_RANGE): its crossing search finds the close pairs that MCRS's scan can miss (K = 7,
         # delta = 0.79: MCRS's declaration is 4.3e-8 above the 40-digit evaluation of the same law)
-        lo, _, _ = _data.grid_bracket(flat)
+        lo, hi, t = _data.grid_bracket(flat)
         max_only = lo > int(np.nonzero(_data.GRID <= _data.MINMAX_MAX_DELTA + 1e-9)[0][-1])
         if max_only.any():
             out[max_only] = self._mcrs.acceptance(flat[max_only], K)
-        rest = np.nonzero(~max_only)[0]
-        for i, p in zip(rest, self.policies(flat[rest], K)):
-            out[i] = 1.0 if flat[i] == 0 else _mm.acceptance_of_minmax(float(flat[i]), p)
+        tbl = minmax_table(K)
+        for i in np.nonzero(~max_only)[0]:
+            out[i] = tbl.acceptance(float(flat[i]), int(lo[i]), int(hi[i]), float(t[i]))
         return out.reshape(d.shape)
 
     def _kernel(self, delta: Tensor, s: Tensor, generator) -> VerifyResult:
